@@ -1,0 +1,201 @@
+"""First-use build of the CUDA kernels in ``csrc/`` through ``load_inline``.
+
+One extension holds every op. It is compiled for the current device's architecture
+only and cached under ``$NORMSCAN_CACHE_DIR`` (default: ``~/.cache/normscan``), in a
+folder named by a hash of the sources, the flags and the toolchain: a change to any of
+them builds anew, nothing else does. Concurrent builds serialise on an ``flock`` (the
+kernel drops it when a process dies, so a killed build never leaves a lock behind); a
+build happens in a private folder that is renamed into place only once complete.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import inspect
+import logging
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+CSRC = Path(__file__).parent / "csrc"
+BINDINGS = "bindings.cu"
+
+# The functions bindings.cu defines, as pybind sees them.
+DECLARATIONS = """
+#include <optional>
+#include <string>
+void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
+                  const std::string& op, int64_t outer, int64_t length, int64_t inner,
+                  int64_t x_so, int64_t x_sl, int64_t x_si, int64_t y_so, int64_t y_sl, int64_t y_si,
+                  double eps);
+void scan(const at::Tensor& x, at::Tensor& y, const std::string& op, int64_t outer, int64_t length,
+          int64_t inner, int64_t x_so, int64_t x_sl, int64_t x_si, int64_t y_so, int64_t y_sl,
+          int64_t y_si, bool reverse, bool exclusive);
+"""
+FUNCTIONS = ["reduce_scale", "scan"]
+CUDA_FLAGS = ["-O3", "--split-compile=0"]  # the C++ standard is torch's choice
+
+log = logging.getLogger("normscan")
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
+_module: ModuleType | None = None
+_module_lock = threading.Lock()
+
+
+class BuildError(RuntimeError):
+    """The CUDA kernels could not be compiled; the message carries the compiler's output."""
+
+
+def expand_source(entry: str, seen: set[str] | None = None) -> str:
+    """The text of ``csrc/<entry>`` with its local ``#include "..."`` lines inlined, once each."""
+    seen = set() if seen is None else seen
+    seen.add(entry)
+
+    def inline(match: re.Match) -> str:
+        name = match.group(1)
+        if name in seen:
+            return ""
+        return expand_source(name, seen)
+
+    text = (CSRC / entry).read_text()
+    text = re.sub(r"^\s*#\s*pragma\s+once\s*$", "", text, flags=re.M)
+    return _INCLUDE.sub(inline, text)
+
+
+def cache_dir() -> Path:
+    """Where built extensions live: ``$NORMSCAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/normscan``."""
+    env = os.environ.get("NORMSCAN_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "normscan"
+
+
+def arch() -> tuple[int, int]:
+    """Compute capability of the current CUDA device."""
+    return torch.cuda.get_device_capability()
+
+
+def build_key(source: str, capability: tuple[int, int]) -> str:
+    """Hash of everything that changes the binary."""
+    parts = [source, DECLARATIONS, " ".join(CUDA_FLAGS), torch.__version__, str(torch.version.cuda),
+             f"sm_{capability[0]}{capability[1]}", sys.version.split()[0]]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _ensure_visible_logging() -> None:
+    # The build takes a minute: say so even when the application configured no logging.
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("normscan: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
+def _import_built(name: str, folder: Path) -> ModuleType:
+    matches = sorted(folder.glob(f"{name}*.so"))
+    if not matches:
+        raise BuildError(f"normscan: the cache folder {folder} has no {name}*.so; delete it and retry")
+    spec = importlib.util.spec_from_file_location(name, matches[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def _file_lock(path: Path):
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process that is building the kernels (%s)", path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def is_built() -> bool:
+    """Whether the extension for this device, sources and toolchain is in the cache."""
+    if not torch.cuda.is_available():
+        return False
+    key = build_key(expand_source(BINDINGS), arch())
+    return (cache_dir() / f"normscan_{key}" / "COMPLETE").exists()
+
+
+def _compile(name: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
+    from torch.utils import cpp_extension
+
+    kwargs = {}
+    if "no_implicit_headers" in inspect.signature(cpp_extension.load_inline).parameters:
+        kwargs["no_implicit_headers"] = True  # bindings.cu includes just what it needs
+    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"  # this device only
+    try:
+        return cpp_extension.load_inline(
+            name=name, cpp_sources=[DECLARATIONS], cuda_sources=[source], functions=FUNCTIONS,
+            extra_cuda_cflags=CUDA_FLAGS, build_directory=str(folder), verbose=False, **kwargs)
+    except Exception as err:  # re-raised with context: the compiler's output is in err
+        raise BuildError(f"normscan: compiling the CUDA kernels for sm_{capability[0]}{capability[1]} "
+                         f"failed (build folder {folder}):\n{err}") from err
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+def load() -> ModuleType:
+    """The compiled extension, building it on first use. Raises BuildError on failure."""
+    global _module
+    if _module is not None:
+        return _module
+    with _module_lock:
+        if _module is not None:
+            return _module
+        if not torch.cuda.is_available():
+            raise RuntimeError("normscan: the CUDA kernels need a CUDA device, and torch sees none "
+                               f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
+        capability = arch()
+        source = expand_source(BINDINGS)
+        key = build_key(source, capability)
+        name = f"normscan_{key}"
+        root = cache_dir()
+        final = root / name
+        if not (final / "COMPLETE").exists():
+            root.mkdir(parents=True, exist_ok=True)
+            with _file_lock(root / f"{name}.lock"):
+                if not (final / "COMPLETE").exists():
+                    _module = _build_into(name, source, capability, root, final)
+                    return _module
+        _module = _import_built(name, final)
+        return _module
+
+
+def _build_into(name: str, source: str, capability: tuple[int, int], root: Path, final: Path) -> ModuleType:
+    # Leftovers of builds that were killed: we hold the lock, so nobody else is using them.
+    for stale in root.glob(f"{name}.tmp*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp = root / f"{name}.tmp{os.getpid()}"
+    tmp.mkdir()
+    _ensure_visible_logging()
+    log.info("building the CUDA kernels for sm_%d%d (first use; this takes about a minute) in %s",
+             capability[0], capability[1], final)
+    start = time.perf_counter()
+    module = _compile(name, source, capability, tmp)
+    (tmp / "COMPLETE").write_text(f"{time.perf_counter() - start:.1f} s\n")
+    os.replace(tmp, final)
+    log.info("built the CUDA kernels in %.1f s", time.perf_counter() - start)
+    return module

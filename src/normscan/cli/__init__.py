@@ -1,0 +1,30 @@
+"""The `normscan` command: bench (the main job), verify, env, export-kernelbench."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from . import bench, env, export, verify
+
+COMMANDS = {
+    "bench": (bench, "check and time every op against eager, torch.compile and copy bandwidth"),
+    "verify": (verify, "strict correctness sweep against float64 references"),
+    "env": (env, "versions, device, cache folder, build state"),
+    "export-kernelbench": (export, "write self-contained KernelBench solution files"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="normscan", description="Fused CUDA normalisation and scan kernels.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="normscan: %(message)s")
+    return COMMANDS[args.command][0].main(args)

@@ -1,0 +1,32 @@
+// fp16 and bf16 elements: conversions to and from the fp32 accumulator.
+// Kept apart from primitives.cuh so that float-only builds need no fp16 headers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "primitives.cuh"
+
+namespace normscan {
+
+// The widening conversions are volatile asm so that the compiler re-derives them from the
+// packed 16-bit registers where they are needed, instead of keeping a second, fp32 copy of
+// every register-held element (which spills the row kernels).
+template <> struct Convert<__half> {
+  static __device__ __forceinline__ float to_acc(__half v) {
+    float r;
+    asm volatile("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(__half_as_ushort(v)));
+    return r;
+  }
+  static __device__ __forceinline__ __half from_acc(float v) { return __float2half_rn(v); }
+};
+template <> struct Convert<__nv_bfloat16> {
+  static __device__ __forceinline__ float to_acc(__nv_bfloat16 v) {
+    unsigned r;
+    asm volatile("mov.b32 %0, {%1, %2};" : "=r"(r) : "h"((unsigned short)0), "h"(__bfloat16_as_ushort(v)));
+    return __uint_as_float(r);
+  }
+  static __device__ __forceinline__ __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
+};
+
+}  // namespace normscan

@@ -1,0 +1,154 @@
+// Shared device primitives: element conversion, 16-byte vectors with alignment
+// peeling, warp/block reductions and scans, and a small host-side device cache.
+// No torch includes: this header compiles with plain nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace normscan {
+
+// ---------------------------------------------------------------- element types
+// Accumulate 16- and 32-bit floats in fp32, doubles in fp64.
+template <typename T> struct AccType { using type = float; };
+template <> struct AccType<double> { using type = double; };
+template <typename T> using acc_t = typename AccType<T>::type;
+
+// Element <-> accumulator conversion. 16-bit types specialise this in half_types.cuh,
+// so this header stays free of fp16 headers.
+template <typename T> struct Convert {
+  static __device__ __forceinline__ acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v); }
+  static __device__ __forceinline__ T from_acc(acc_t<T> v) { return static_cast<T>(v); }
+};
+
+// ---------------------------------------------------------------- 16-byte vectors
+// Elements per 16-byte vector.
+template <typename T> __host__ __device__ constexpr int vec16() { return static_cast<int>(16 / sizeof(T)); }
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// A row of n elements split into an unaligned head, whole N-element vectors, and a tail.
+// With N == 1 everything is "body" and head == tail == 0.
+struct RowSplit {
+  int64_t head;  // elements before the first aligned vector
+  int64_t nvec;  // whole vectors
+  int64_t tail;  // elements after the last vector
+};
+
+template <typename T, int N>
+__device__ __forceinline__ RowSplit split_row(const T* p, int64_t n) {
+  RowSplit s;
+  if (N == 1) {
+    s.head = 0;
+    s.nvec = n;
+    s.tail = 0;
+    return s;
+  }
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  int64_t head = static_cast<int64_t>(((sizeof(T) * N) - (addr % (sizeof(T) * N))) % (sizeof(T) * N) / sizeof(T));
+  if (head > n) head = n;
+  s.head = head;
+  s.nvec = (n - head) / N;
+  s.tail = n - head - s.nvec * N;
+  return s;
+}
+
+// ---------------------------------------------------------------- associative ops
+struct SumOp {
+  template <typename A> static __device__ __forceinline__ A identity() { return A(0); }
+  template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a + b; }
+};
+struct ProdOp {
+  template <typename A> static __device__ __forceinline__ A identity() { return A(1); }
+  template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a * b; }
+};
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Sum over the 32 lanes of a warp; every lane gets the result.
+template <typename Op, typename A>
+__device__ __forceinline__ A warp_reduce(A v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Inclusive scan over the lanes of a warp, in lane order.
+template <typename Op, typename A>
+__device__ __forceinline__ A warp_inclusive_scan(A v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const A n = __shfl_up_sync(kFullMask, v, o);
+    if (lane >= o) v = Op::apply(n, v);
+  }
+  return v;
+}
+
+// Exclusive scan over the warps of a block of WARPS warps. `totals` is shared scratch of
+// WARPS entries. Returns this warp's exclusive prefix; *block_total gets the total.
+// Contains one __syncthreads(); callers separate reuse of `totals` by another barrier.
+template <typename Op, int WARPS, typename A>
+__device__ __forceinline__ A block_exclusive_scan_warps(A warp_total, A* totals, A* block_total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) totals[warp] = warp_total;
+  __syncthreads();
+  A t = lane < WARPS ? totals[lane] : Op::template identity<A>();
+  t = warp_inclusive_scan<Op>(t, lane);
+  *block_total = __shfl_sync(kFullMask, t, WARPS - 1);
+  const A before = __shfl_sync(kFullMask, t, (warp + 31) % 32);
+  return warp == 0 ? Op::template identity<A>() : before;
+}
+
+// ---------------------------------------------------------------- host side
+// Per-device facts the launchers need, read once per device.
+struct DeviceInfo {
+  int sms = 0;
+  int major = 0;
+};
+
+inline cudaError_t device_info(DeviceInfo* out) {
+  constexpr int kMaxDevices = 64;
+  static DeviceInfo cache[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceInfo& d = cache[dev];
+  if (d.sms == 0) {
+    err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+  }
+  *out = d;
+  return cudaSuccess;
+}
+
+// Blocks of `kernel` that fit on the whole device at once: the size of a persistent grid.
+template <typename Kernel>
+inline cudaError_t resident_blocks(Kernel kernel, int threads, int64_t* out) {
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  int per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+  if (err != cudaSuccess) return err;
+  *out = static_cast<int64_t>(per_sm > 0 ? per_sm : 1) * d.sms;
+  return cudaSuccess;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+}  // namespace normscan

@@ -1,0 +1,316 @@
+// Reduce-then-scale family: y = x * scale(sum(map(x))) [* w], over one dim of any tensor
+// seen as (outer, length, inner). L2, L1 and RMS normalisation differ only in their functor.
+//
+// Kernels, by layout:
+//   rows     (inner == 1, rows contiguous): each row is held in registers, by a group of
+//            threads, a block, or a thread-block cluster (Hopper) that exchanges one
+//            partial sum through distributed shared memory; x is read from DRAM once.
+//   reread   (rows too long for registers, or x and y rows aligned differently): one
+//            block per row reads the row twice, scalar loads.
+//   strided  (inner > 1): threads along inner (coalesced), each holding its column's
+//            values in registers when they fit, else reading the column twice.
+#pragma once
+
+#include "launch.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#define NORMSCAN_CLUSTERS 1
+#endif
+
+namespace normscan {
+
+template <typename T> struct ReduceScaleArgs {
+  const T* x;
+  T* y;
+  const T* w;  // optional, may be null: one weight per position along the reduced dim
+  int64_t outer, length, inner;
+  int64_t x_so, x_sl, x_si;  // element strides of x in the (outer, length, inner) view
+  int64_t y_so, y_sl, y_si;
+  double eps;
+};
+
+// ---------------------------------------------------------------- functors
+// The ops by the name the binding dispatches on.
+#define NORMSCAN_FOR_EACH_REDUCE_SCALE_OP(X) X("l2", L2NormOp) X("l1", L1NormOp) X("rms", RmsNormOp)
+
+// map: what is summed; scale: the factor every element of the row is multiplied by.
+struct L2NormOp {
+  template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
+    return A(1) / sqrt(s);
+  }
+};
+struct L1NormOp {
+  template <typename A> static __device__ __forceinline__ A map(A v) { return fabs(v); }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
+    return A(1) / (s / A(n));
+  }
+};
+struct RmsNormOp {
+  template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
+    return A(1) / sqrt(s / A(n) + A(eps));
+  }
+};
+
+// y = x * scale [* w], one element.
+template <typename T>
+__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t l) {
+  acc_t<T> v = Convert<T>::to_acc(x) * scale;
+  if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
+  return Convert<T>::from_acc(v);
+}
+
+// ---------------------------------------------------------------- rows, in registers
+// TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
+// (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
+// row's aligned body; thread 0 of rank 0 also reads the unaligned head, the last thread of
+// the last rank the tail (a few elements, read twice rather than held). Capacity:
+// C * TPR * NV whole vectors.
+template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
+  using A = acc_t<T>;
+  constexpr int V = vec16<T>();
+  constexpr int GROUPS = BLOCK / TPR;
+  constexpr int WARPS_PER_ROW = TPR / 32;
+  static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
+  __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
+  __shared__ A cta_part[2];
+  const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int csize = 1, crank = 0;
+#ifdef NORMSCAN_CLUSTERS
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  csize = static_cast<int>(cluster.num_blocks());
+  crank = static_cast<int>(cluster.block_rank());
+#endif
+  const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
+  const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
+  int parity = 0;
+  for (int64_t base = first; base < a.outer; base += step, parity ^= 1) {
+    const int64_t row = base + group;
+    const bool active = row < a.outer;
+    const T* xr = a.x + (active ? row : 0) * a.x_so;
+    T* yr = a.y + (active ? row : 0) * a.y_so;
+    const RowSplit s = split_row<T, V>(xr, a.length);
+    // In-row offsets fit 32 bits: a row held in registers is at most a few MB.
+    const int per_cta = static_cast<int>((s.nvec + csize - 1) / csize);
+    const int v0 = crank * per_cta;
+    const int mine = active ? max(0, min(per_cta, static_cast<int>(s.nvec) - v0)) : 0;
+    const int body = static_cast<int>(s.head) + v0 * V;  // first element of this block's body
+    // Edge elements: the head goes to thread 0 of rank 0, the tail to the last thread of
+    // the last rank; both lie outside the aligned body.
+    const bool holds_head = active && t == 0 && crank == 0;
+    const bool holds_tail = active && t == TPR - 1 && crank == csize - 1;
+    const int edge_start = holds_head ? 0 : static_cast<int>(s.head + s.nvec * V);
+    const int edge_count = holds_head ? static_cast<int>(s.head) : (holds_tail ? static_cast<int>(s.tail) : 0);
+
+    Vec<T, V> buf[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k * TPR + t < mine) buf[k] = load_vec<T, V>(xr + body + (k * TPR + t) * V);
+
+    A sum = A(0);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k * TPR + t < mine) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (i < edge_count) sum += Op::map(Convert<T>::to_acc(xr[edge_start + i]));
+
+    sum = warp_reduce<SumOp>(sum);
+    if (WARPS_PER_ROW > 1) {
+      if (lane == 0) warp_part[parity][warp] = sum;
+      __syncthreads();
+      sum = A(0);
+#pragma unroll
+      for (int i = 0; i < WARPS_PER_ROW; ++i) sum += warp_part[parity][group * WARPS_PER_ROW + i];
+    }
+#ifdef NORMSCAN_CLUSTERS
+    if (csize > 1) {
+      // One partial per block crosses the cluster; every warp sums them in rank order.
+      if (threadIdx.x == 0) cta_part[parity] = sum;
+      cluster.sync();
+      A c = A(0);
+      if (lane < csize) c = *cluster.map_shared_rank(&cta_part[parity], lane);
+      sum = warp_reduce<SumOp>(c);
+    }
+#endif
+    const A scale = Op::scale(sum, a.length, a.eps);
+    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + body) % 16 == 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k * TPR + t < mine) {
+        const int l = body + (k * TPR + t) * V;
+        Vec<T, V> out;
+        if (w_vec) {
+          const Vec<T, V> wv = load_vec<T, V>(a.w + l);
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            out.v[i] = Convert<T>::from_acc(Convert<T>::to_acc(buf[k].v[i]) * scale * Convert<T>::to_acc(wv.v[i]));
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) out.v[i] = scale_one(buf[k].v[i], scale, a.w, l + i);
+        }
+        store_vec<T, V>(yr + l, out);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (i < edge_count) yr[edge_start + i] = scale_one(xr[edge_start + i], scale, a.w, edge_start + i);
+  }
+#ifdef NORMSCAN_CLUSTERS
+  // No block may leave while another can still read its shared memory.
+  if (csize > 1) cluster.sync();
+#endif
+}
+
+// ---------------------------------------------------------------- rows, read twice
+template <typename T, typename Op>
+__global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
+  using A = acc_t<T>;
+  constexpr int BLOCK = 512;
+  __shared__ A warp_part[2][BLOCK / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.outer; row += gridDim.x, parity ^= 1) {
+    const T* xr = a.x + row * a.x_so;
+    T* yr = a.y + row * a.y_so;
+    A sum = A(0);
+    for (int64_t l = threadIdx.x; l < a.length; l += BLOCK) sum += Op::map(Convert<T>::to_acc(xr[l]));
+    sum = warp_reduce<SumOp>(sum);
+    if (lane == 0) warp_part[parity][warp] = sum;
+    __syncthreads();
+    sum = A(0);
+#pragma unroll
+    for (int i = 0; i < BLOCK / 32; ++i) sum += warp_part[parity][i];
+    const A scale = Op::scale(sum, a.length, a.eps);
+    for (int64_t l = threadIdx.x; l < a.length; l += BLOCK) yr[l] = scale_one(xr[l], scale, a.w, l);
+  }
+}
+
+// ---------------------------------------------------------------- strided (inner > 1)
+// A block is BX positions along inner (coalesced) by BY threads along the reduced dim.
+// Thread (tx, ty) takes positions l = ty + k * BY of its column: with IN_REGS it holds
+// them in registers (k < ITEMS, length <= BY * ITEMS), otherwise it reads them twice.
+template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int MINB>
+__global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
+  using A = acc_t<T>;
+  __shared__ A part[2][BY][BX];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t tiles_inner = (a.inner + BX - 1) / BX;
+  const int64_t ntiles = a.outer * tiles_inner;
+  const int64_t count = a.length > ty ? (a.length - ty + BY - 1) / BY : 0;  // positions of this thread
+  int parity = 0;
+  for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, parity ^= 1) {
+    const int64_t o = tile / tiles_inner;
+    const int64_t i = (tile % tiles_inner) * BX + tx;
+    const bool active = i < a.inner;
+    const T* xp = a.x + o * a.x_so + (active ? i : 0) * a.x_si + ty * a.x_sl;
+    T* yp = a.y + o * a.y_so + (active ? i : 0) * a.y_si + ty * a.y_sl;
+    const int64_t x_step = BY * a.x_sl, y_step = BY * a.y_sl;
+    T vals[IN_REGS ? ITEMS : 1];
+    A sum = A(0);
+    if (active) {
+      if (IN_REGS) {
+        // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
+        const T* p = xp;
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k, p += x_step)
+          if (k < count) vals[k] = *p;
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k)
+          if (k < count) sum += Op::map(Convert<T>::to_acc(vals[k]));
+      } else {
+        const T* p = xp;
+#pragma unroll 8
+        for (int64_t k = 0; k < count; ++k, p += x_step) sum += Op::map(Convert<T>::to_acc(*p));
+      }
+    }
+    if (BY > 1) {
+      part[parity][ty][tx] = sum;
+      __syncthreads();
+      sum = A(0);
+#pragma unroll
+      for (int j = 0; j < BY; ++j) sum += part[parity][j][tx];
+    }
+    const A scale = Op::scale(sum, a.length, a.eps);
+    if (!active) continue;
+    T* q = yp;
+    if (IN_REGS) {
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k, q += y_step)
+        if (k < count) *q = scale_one(vals[k], scale, a.w, ty + int64_t(k) * BY);
+    } else {
+      const T* p = xp;
+#pragma unroll 8
+      for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step) *q = scale_one(*p, scale, a.w, ty + k * BY);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- launchers
+template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
+inline cudaError_t launch_rows_in_registers(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
+  const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, BLOCK / TPR);
+  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, stream, a);
+}
+
+// Rows may use 16-byte vectors only if every x row and its y row share their alignment.
+template <typename T>
+inline bool rows_share_alignment(const ReduceScaleArgs<T>& a) {
+  const auto dx = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a.x) - reinterpret_cast<uintptr_t>(a.y));
+  const auto ds = static_cast<uint64_t>((a.x_so - a.y_so) * static_cast<int64_t>(sizeof(T)));
+  return dx % 16 == 0 && (a.outer == 1 || ds % 16 == 0);
+}
+
+template <typename T, typename Op>
+inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+  constexpr int V = vec16<T>();
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  const int64_t nvec = a.length / V;  // whole vectors in the worst-aligned row
+  const int max_cluster = d.major >= 9 ? 8 : 1;
+  // Vectors per thread in the 64-register configurations: fp64 math needs the room.
+  constexpr int NV = sizeof(T) > 4 ? 4 : 8;
+  if (rows_share_alignment(a)) {
+    if (nvec <= 32 * 4) return launch_rows_in_registers<T, Op, 256, 32, 4, 4>(a, 1, stream);
+    if (nvec <= 128 * 4) return launch_rows_in_registers<T, Op, 256, 128, 4, 4>(a, 1, stream);
+    if (nvec <= 512 * 4) return launch_rows_in_registers<T, Op, 512, 512, 4, 2>(a, 1, stream);
+    if (nvec <= int64_t(512) * NV * max_cluster)
+      return launch_rows_in_registers<T, Op, 512, 512, NV, 2>(a, static_cast<int>(ceil_div(nvec, 512 * NV)), stream);
+    if (nvec <= int64_t(1024) * NV * max_cluster)
+      return launch_rows_in_registers<T, Op, 1024, 1024, NV, 1>(a, static_cast<int>(ceil_div(nvec, 1024 * NV)),
+                                                                 stream);
+  }
+  return launch_persistent<reduce_scale_reread_kernel<T, Op>>(dim3(512), 1, a.outer, stream, a);
+}
+
+template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int MINB>
+inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+  const int64_t tiles = a.outer * ceil_div(a.inner, BX);
+  return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, MINB>>(dim3(BX, BY), 1, tiles,
+                                                                                             stream, a);
+}
+
+template <typename T, typename Op>
+inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+  if (a.outer == 0 || a.length == 0 || a.inner == 0) return cudaSuccess;
+  if (a.inner == 1 && a.x_sl == 1 && a.y_sl == 1) return launch_reduce_scale_rows<T, Op>(a, stream);
+  // Items held per thread, in 32-bit registers' worth: doubles take two.
+  constexpr int R = sizeof(T) > 4 ? 2 : 1;
+  if (a.length <= 16 / R) return launch_strided<T, Op, 256, 1, 16 / R, true, 2>(a, stream);
+  if (a.length <= 64 / R) return launch_strided<T, Op, 256, 1, 64 / R, true, 2>(a, stream);
+  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 2>(a, stream);
+  if (a.length <= 32 * 32 / R) return launch_strided<T, Op, 32, 32, 32 / R, true, 1>(a, stream);
+  return launch_strided<T, Op, 32, 32, 1, false, 1>(a, stream);
+}
+
+}  // namespace normscan

@@ -1,0 +1,399 @@
+// Scan family: inclusive or exclusive, forward or reverse scans with an associative op
+// (ProdOp: cumprod, SumOp: cumsum) over one dim of a tensor seen as (outer, length, inner).
+// The running value is kept in acc_t<T> (fp32 for 16-bit types), as PyTorch does.
+//
+// Kernels, by layout:
+//   rows      (inner == 1, many rows): one block per row walks it in register-held chunks:
+//             a serial scan per thread, a warp-shuffle scan, a block scan, a carry.
+//   lookback  (inner == 1, few long rows): the row is cut into tiles spread over the whole
+//             GPU, chained by a single-pass decoupled look-back.
+//   strided   (inner > 1): threads along inner (coalesced), each scanning a run of its
+//             column; the runs are joined through shared memory, then carried on.
+#pragma once
+
+#include "launch.cuh"
+
+namespace normscan {
+
+// The scan ops by the name the binding dispatches on.
+#define NORMSCAN_FOR_EACH_SCAN_OP(X) X("prod", ProdOp) X("sum", SumOp)
+
+// Flag publication between blocks: release orders the value stores before the flag,
+// acquire orders the flag before the value loads; values go through L2 (__stcg/__ldcg).
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <typename T> struct ScanArgs {
+  const T* x;
+  T* y;
+  int64_t outer, length, inner;
+  int64_t x_so, x_sl, x_si;  // element strides of x in the (outer, length, inner) view
+  int64_t y_so, y_sl, y_si;
+  bool reverse;    // scan from the last element to the first
+  bool exclusive;  // y[i] combines x[0..i) instead of x[0..i]
+};
+
+// Look-back state, one entry per tile; `flags` and `ticket` must be zero at launch.
+template <typename A> struct LookbackState {
+  int* flags;  // 0: nothing yet, 1: aggregate published, 2: inclusive prefix published
+  A* aggregates;
+  A* inclusives;
+  unsigned long long* ticket;  // hands out tiles in launch order, so predecessors always run
+};
+
+// Writes the scan of `n` values starting from `run`; returns the running value after them.
+// Inclusive: out[i] = run . v[0..i]; exclusive: out[i] = run . v[0..i).
+template <typename Op, typename T, int N>
+__device__ __forceinline__ acc_t<T> scan_items(const Vec<T, N>& in, Vec<T, N>* out, acc_t<T> run, bool exclusive) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const acc_t<T> v = Convert<T>::to_acc(in.v[i]);
+    if (exclusive) out->v[i] = Convert<T>::from_acc(run);
+    run = Op::apply(run, v);
+    if (!exclusive) out->v[i] = Convert<T>::from_acc(run);
+  }
+  return run;
+}
+
+// A contiguous row in scan order. Physically the row is [head | nvec vectors | tail]; in
+// scan order it is [front | body vectors 0..nvec-1 | back], with front/back swapped and
+// every vector read backwards when the scan runs in reverse.
+template <typename T, int V> struct ScanRow {
+  const T* x;
+  T* y;
+  int64_t n;
+  RowSplit s;
+  bool reverse;
+
+  __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_)
+      : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_) {}
+  __device__ __forceinline__ int64_t front() const { return reverse ? s.tail : s.head; }
+  __device__ __forceinline__ int64_t back() const { return reverse ? s.head : s.tail; }
+  // Physical index of the e-th element in scan order.
+  __device__ __forceinline__ int64_t at(int64_t e) const { return reverse ? n - 1 - e : e; }
+  __device__ __forceinline__ int64_t vec_start(int64_t j) const {
+    return s.head + (reverse ? s.nvec - 1 - j : j) * V;
+  }
+  __device__ __forceinline__ Vec<T, V> load(int64_t j) const {
+    Vec<T, V> v = load_vec<T, V>(x + vec_start(j));
+    if (reverse) flip(&v);
+    return v;
+  }
+  __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
+    if (reverse) flip(&v);
+    store_vec<T, V>(y + vec_start(j), v);
+  }
+  static __device__ __forceinline__ void flip(Vec<T, V>* v) {
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      const T t = v->v[i];
+      v->v[i] = v->v[V - 1 - i];
+      v->v[V - 1 - i] = t;
+    }
+  }
+  // Running value over the front elements, computed by every thread; thread 0 writes them.
+  template <typename Op>
+  __device__ __forceinline__ acc_t<T> scan_front(acc_t<T> run, bool exclusive) const {
+    for (int64_t e = 0; e < front(); ++e) run = scan_one<Op>(at(e), run, exclusive);
+    return run;
+  }
+  // The back elements, after everything else, by thread 0 alone.
+  template <typename Op>
+  __device__ __forceinline__ void scan_back(acc_t<T> run, bool exclusive) const {
+    for (int64_t e = n - back(); e < n; ++e) run = scan_one<Op>(at(e), run, exclusive);
+  }
+  template <typename Op>
+  __device__ __forceinline__ acc_t<T> scan_one(int64_t p, acc_t<T> run, bool exclusive) const {
+    const acc_t<T> v = Convert<T>::to_acc(x[p]);
+    if (exclusive && threadIdx.x == 0) y[p] = Convert<T>::from_acc(run);
+    run = Op::apply(run, v);
+    if (!exclusive && threadIdx.x == 0) y[p] = Convert<T>::from_acc(run);
+    return run;
+  }
+};
+
+// One chunk of BLOCK * NV body vectors held in registers, warp-striped so that loads are
+// coalesced: warp w holds vectors first + w*32*NV + k*32 + lane, k < NV.
+template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
+  using A = acc_t<T>;
+  static constexpr int WARPS = BLOCK / 32;
+  static constexpr int64_t VECS = int64_t(BLOCK) * NV;
+  Vec<T, V> buf[NV];
+  A pre[NV];      // exclusive prefix of each held vector within the warp's share
+  A warp_total;   // the warp's share combined
+  A warp_prefix;  // shares of earlier warps combined
+  A total;        // the whole chunk combined
+
+  __device__ __forceinline__ static int64_t index(int64_t first, int k) {
+    return first + (threadIdx.x / 32) * 32 * NV + k * 32 + threadIdx.x % 32;
+  }
+  __device__ __forceinline__ void load(const ScanRow<T, V>& r, int64_t first, int64_t end) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (index(first, k) < end) buf[k] = r.load(index(first, k));
+  }
+  // Warp-level scans of the held vectors (invalid ones count as the identity).
+  __device__ __forceinline__ void scan_warp(int64_t first, int64_t end) {
+    const int lane = threadIdx.x % 32;
+    A run = Op::template identity<A>();
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      A t = Op::template identity<A>();
+      if (index(first, k) < end) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) t = Op::apply(t, Convert<T>::to_acc(buf[k].v[i]));
+      }
+      const A inc = warp_inclusive_scan<Op>(t, lane);
+      const A up = __shfl_up_sync(kFullMask, inc, 1);
+      pre[k] = Op::apply(run, lane == 0 ? Op::template identity<A>() : up);
+      run = Op::apply(run, __shfl_sync(kFullMask, inc, 31));
+    }
+    warp_total = run;
+  }
+  // Block-level: each warp's prefix and the chunk total. One barrier; `totals` has WARPS
+  // entries and must not be rewritten before the next barrier.
+  __device__ __forceinline__ void scan_block(A* totals) {
+    warp_prefix = block_exclusive_scan_warps<Op, WARPS>(warp_total, totals, &total);
+  }
+  __device__ __forceinline__ void store(const ScanRow<T, V>& r, int64_t first, int64_t end, A carry,
+                                        bool exclusive) {
+    const A base = Op::apply(carry, warp_prefix);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (index(first, k) < end) {
+        Vec<T, V> out;
+        scan_items<Op>(buf[k], &out, Op::apply(base, pre[k]), exclusive);
+        r.store(index(first, k), out);
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------- rows
+template <typename T, typename Op, int V, int BLOCK, int NV>
+__global__ void __launch_bounds__(BLOCK) scan_rows_kernel(ScanArgs<T> a) {
+  using A = acc_t<T>;
+  using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
+  __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.outer; row += gridDim.x) {
+    const ScanRow<T, V> r(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
+    A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive);
+    for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
+      Chunk c;
+      c.load(r, first, r.s.nvec);
+      c.scan_warp(first, r.s.nvec);
+      c.scan_block(totals[parity]);
+      c.store(r, first, r.s.nvec, carry, a.exclusive);
+      carry = Op::apply(carry, c.total);
+    }
+    r.template scan_back<Op>(carry, a.exclusive);
+  }
+}
+
+// ---------------------------------------------------------------- rows, look-back
+// Tile t of the grid is chunk (t % tiles_per_row) of row (t / tiles_per_row). The first
+// tile of a row also scans the front elements, the last one the back elements.
+template <typename T, typename Op, int V, int BLOCK, int NV>
+__global__ void __launch_bounds__(BLOCK) scan_lookback_kernel(ScanArgs<T> a, LookbackState<acc_t<T>> st,
+                                                              int64_t tiles_per_row) {
+  using A = acc_t<T>;
+  using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
+  __shared__ A totals[Chunk::WARPS];
+  __shared__ int64_t s_tile;
+  __shared__ A s_prefix;
+  if (threadIdx.x == 0) s_tile = static_cast<int64_t>(atomicAdd(st.ticket, 1ull));
+  __syncthreads();
+  const int64_t tile = s_tile;
+  const int64_t row = tile / tiles_per_row, c_idx = tile % tiles_per_row;
+  const ScanRow<T, V> r(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
+  const int64_t first = c_idx * Chunk::VECS;
+  const int64_t end = min(r.s.nvec, first + Chunk::VECS);
+
+  Chunk c;
+  c.load(r, first, end);
+  const A front = c_idx == 0 ? r.template scan_front<Op>(Op::template identity<A>(), a.exclusive)
+                             : Op::template identity<A>();
+  c.scan_warp(first, end);
+  c.scan_block(totals);
+  const A aggregate = Op::apply(front, c.total);
+
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    A prefix = Op::template identity<A>();
+    if (c_idx == 0) {
+      if (lane == 0) {
+        __stcg(&st.inclusives[tile], aggregate);
+        store_release(&st.flags[tile], 2);
+      }
+    } else {
+      if (lane == 0) {
+        __stcg(&st.aggregates[tile], aggregate);
+        store_release(&st.flags[tile], 1);
+      }
+      // Walk back 32 predecessors at a time, up to the nearest inclusive prefix.
+      // Chunk j < c_idx of this row is tile row_tile0 + j; j < 0: before the row.
+      const int64_t row_tile0 = tile - c_idx;
+      for (int j = static_cast<int>(c_idx) - 1 - lane;; j -= 32) {
+        int f = 2;
+        A v = Op::template identity<A>();
+        if (j >= 0) {
+          do {
+            f = load_acquire(&st.flags[row_tile0 + j]);
+          } while (f == 0);
+          v = __ldcg(f == 2 ? &st.inclusives[row_tile0 + j] : &st.aggregates[row_tile0 + j]);
+        }
+        const unsigned inclusive_lanes = __ballot_sync(kFullMask, f == 2);
+        const int stop = inclusive_lanes ? __ffs(inclusive_lanes) - 1 : 31;
+        prefix = Op::apply(warp_reduce<Op>(lane <= stop ? v : Op::template identity<A>()), prefix);
+        if (inclusive_lanes) break;
+      }
+      if (lane == 0) {
+        __stcg(&st.inclusives[tile], Op::apply(prefix, aggregate));
+        store_release(&st.flags[tile], 2);
+      }
+    }
+    if (lane == 0) s_prefix = prefix;
+  }
+  __syncthreads();
+  const A carry = Op::apply(s_prefix, front);
+  c.store(r, first, end, carry, a.exclusive);
+  if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(carry, c.total), a.exclusive);
+}
+
+// ---------------------------------------------------------------- strided (inner > 1)
+// A block is BX columns (coalesced) by BY runs of ITEMS consecutive positions along the
+// scanned dim; it walks the dim in tiles of BY * ITEMS, carrying each column's value.
+template <typename T, typename Op, int BX, int BY, int ITEMS>
+__global__ void __launch_bounds__(BX * BY) scan_strided_kernel(ScanArgs<T> a) {
+  using A = acc_t<T>;
+  constexpr int64_t TILE = int64_t(BY) * ITEMS;
+  __shared__ A totals[2][BY][BX];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t tiles_inner = (a.inner + BX - 1) / BX;
+  const int64_t ncols = a.outer * tiles_inner;
+  int parity = 0;
+  for (int64_t col = blockIdx.x; col < ncols; col += gridDim.x) {
+    const int64_t o = col / tiles_inner;
+    const int64_t i = (col % tiles_inner) * BX + tx;
+    const bool active = i < a.inner;
+    const T* xc = a.x + o * a.x_so + (active ? i : 0) * a.x_si;
+    T* yc = a.y + o * a.y_so + (active ? i : 0) * a.y_si;
+    A carry = Op::template identity<A>();
+    for (int64_t l0 = 0; l0 < a.length; l0 += TILE, parity ^= 1) {
+      T vals[ITEMS];
+      A t = Op::template identity<A>();
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int64_t l = l0 + ty * ITEMS + k;
+        if (active && l < a.length) vals[k] = xc[(a.reverse ? a.length - 1 - l : l) * a.x_sl];
+      }
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int64_t l = l0 + ty * ITEMS + k;
+        if (active && l < a.length) t = Op::apply(t, Convert<T>::to_acc(vals[k]));
+      }
+      totals[parity][ty][tx] = t;
+      __syncthreads();
+      A before = Op::template identity<A>(), all = Op::template identity<A>();
+#pragma unroll
+      for (int j = 0; j < BY; ++j) {
+        const A v = totals[parity][j][tx];
+        if (j < ty) before = Op::apply(before, v);
+        all = Op::apply(all, v);
+      }
+      A run = Op::apply(carry, before);
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int64_t l = l0 + ty * ITEMS + k;
+        if (active && l < a.length) {
+          const A v = Convert<T>::to_acc(vals[k]);
+          const int64_t p = (a.reverse ? a.length - 1 - l : l) * a.y_sl;
+          if (a.exclusive) yc[p] = Convert<T>::from_acc(run);
+          run = Op::apply(run, v);
+          if (!a.exclusive) yc[p] = Convert<T>::from_acc(run);
+        }
+      }
+      carry = Op::apply(carry, all);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- launchers
+constexpr int kScanBlock = 256;
+constexpr int kScanVecs = 4;  // vectors per thread per chunk
+
+template <typename T>
+inline bool scan_rows_share_alignment(const ScanArgs<T>& a) {
+  const auto dx = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a.x) - reinterpret_cast<uintptr_t>(a.y));
+  const auto ds = static_cast<uint64_t>((a.x_so - a.y_so) * static_cast<int64_t>(sizeof(T)));
+  return dx % 16 == 0 && (a.outer == 1 || ds % 16 == 0);
+}
+
+// Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
+// plan (enough rows to fill the device, or rows of one chunk).
+template <typename T>
+inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
+  constexpr int64_t chunk = int64_t(kScanBlock) * kScanVecs * vec16<T>();
+  if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !scan_rows_share_alignment(a)) return 0;
+  if (a.outer >= int64_t(4) * sms || a.length <= chunk) return 0;
+  const int64_t nvec = a.length / vec16<T>();  // whole vectors in the best-aligned row
+  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kScanBlock) * kScanVecs);
+}
+
+// Bytes of look-back workspace for these arguments (0: none needed).
+template <typename T>
+inline cudaError_t scan_workspace_bytes(const ScanArgs<T>& a, int64_t* bytes) {
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = a.outer * scan_lookback_tiles_per_row(a, d.sms);
+  *bytes = tiles == 0 ? 0 : 16 + tiles * static_cast<int64_t>(sizeof(int) + 2 * sizeof(acc_t<T>));
+  return cudaSuccess;
+}
+
+// `workspace` holds scan_workspace_bytes(a) bytes of device memory (may be null if 0).
+template <typename T, typename Op>
+inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream_t stream) {
+  using A = acc_t<T>;
+  constexpr int V = vec16<T>();
+  if (a.outer == 0 || a.length == 0 || a.inner == 0) return cudaSuccess;
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  if (a.inner == 1 && a.x_sl == 1 && a.y_sl == 1) {
+    const int64_t tiles_per_row = scan_lookback_tiles_per_row(a, d.sms);
+    if (tiles_per_row > 0) {
+      const int64_t tiles = a.outer * tiles_per_row;
+      if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+      auto* base = static_cast<char*>(workspace);
+      LookbackState<A> st;
+      st.ticket = reinterpret_cast<unsigned long long*>(base);
+      st.aggregates = reinterpret_cast<A*>(base + 16);
+      st.inclusives = st.aggregates + tiles;
+      st.flags = reinterpret_cast<int*>(st.inclusives + tiles);
+      err = cudaMemsetAsync(st.ticket, 0, 16, stream);
+      if (err != cudaSuccess) return err;
+      err = cudaMemsetAsync(st.flags, 0, tiles * sizeof(int), stream);
+      if (err != cudaSuccess) return err;
+      scan_lookback_kernel<T, Op, V, kScanBlock, kScanVecs>
+          <<<static_cast<unsigned>(tiles), kScanBlock, 0, stream>>>(a, st, tiles_per_row);
+      return cudaGetLastError();
+    }
+    if (scan_rows_share_alignment(a))
+      return launch_persistent<scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer,
+                                                                                    stream, a);
+    return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer,
+                                                                                 stream, a);
+  }
+  const int64_t cols = a.outer * ceil_div(a.inner, 32);
+  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, 8>>(dim3(32, 8), 1, cols, stream, a);
+}
+
+}  // namespace normscan
