@@ -30,8 +30,9 @@ import torch
 CSRC = Path(__file__).parent / "csrc"
 BINDINGS = "bindings.cu"
 
-# The functions bindings.cu defines, as pybind sees them.
+# The functions bindings.cu defines, as pybind sees them (main.cpp, compiled by the host compiler).
 DECLARATIONS = """
+#include <torch/extension.h>
 #include <optional>
 #include <string>
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
