@@ -14,7 +14,7 @@ python3 -m normscan env 2>&1 | tee "$OUT/env.log"
 python3 -c "import normscan._build as b; b.load()" 2>&1 | tee "$OUT/build.log" || exit 1
 for step in $steps; do
   case $step in
-    tests|all) python3 -m pytest -q -rs -x tests 2>&1 | tee "$OUT/tests.log" | tail -25 || status=1 ;;&
+    tests|all) python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/tests.log" | tail -25 || status=1 ;;&
     bench|all) python3 -m normscan bench --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" || status=1 ;;&
     sweep) python3 -m normscan bench --sweep --out "$OUT/sweep" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
   esac
