@@ -46,6 +46,11 @@ void scan(const at::Tensor& x, at::Tensor& y, const std::string& op, int64_t out
 FUNCTIONS = ["reduce_scale", "scan"]
 CUDA_FLAGS = ["-O3", "--split-compile=0"]  # the C++ standard is torch's choice
 
+
+def cuda_flags() -> list[str]:
+    """CUDA_FLAGS plus $NORMSCAN_EXTRA_CUDA_FLAGS (tuning variants: -D knobs of csrc/)."""
+    return CUDA_FLAGS + os.environ.get("NORMSCAN_EXTRA_CUDA_FLAGS", "").split()
+
 log = logging.getLogger("normscan")
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
@@ -88,7 +93,7 @@ def arch() -> tuple[int, int]:
 
 def build_key(source: str, capability: tuple[int, int]) -> str:
     """Hash of everything that changes the binary."""
-    parts = [source, DECLARATIONS, " ".join(CUDA_FLAGS), torch.__version__, str(torch.version.cuda),
+    parts = [source, DECLARATIONS, " ".join(cuda_flags()), torch.__version__, str(torch.version.cuda),
              f"sm_{capability[0]}{capability[1]}", sys.version.split()[0]]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -145,7 +150,7 @@ def _compile(name: str, source: str, capability: tuple[int, int], folder: Path) 
     try:
         return cpp_extension.load_inline(
             name=name, cpp_sources=[DECLARATIONS], cuda_sources=[source], functions=FUNCTIONS,
-            extra_cuda_cflags=CUDA_FLAGS, build_directory=str(folder), verbose=False, **kwargs)
+            extra_cuda_cflags=cuda_flags(), build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
         raise BuildError(f"normscan: compiling the CUDA kernels for sm_{capability[0]}{capability[1]} "
                          f"failed (build folder {folder}):\n{err}") from err

@@ -18,6 +18,14 @@
 #define NORMSCAN_CLUSTERS 1
 #endif
 
+// Tuning knobs (tools/tune.py builds variants with -D); the defaults are the measured best.
+#ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
+#define NORMSCAN_ROWS_CLUSTER_BLOCK 512
+#endif
+#ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
+#define NORMSCAN_STRIDED_MINB 2
+#endif
+
 namespace normscan {
 
 template <typename T> struct ReduceScaleArgs {
@@ -284,8 +292,9 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
     if (nvec <= 32 * 4) return launch_rows_in_registers<T, Op, 256, 32, 4, 4>(a, 1, stream);
     if (nvec <= 128 * 4) return launch_rows_in_registers<T, Op, 256, 128, 4, 4>(a, 1, stream);
     if (nvec <= 512 * 4) return launch_rows_in_registers<T, Op, 512, 512, 4, 2>(a, 1, stream);
-    if (nvec <= int64_t(512) * NV * max_cluster)
-      return launch_rows_in_registers<T, Op, 512, 512, NV, 2>(a, static_cast<int>(ceil_div(nvec, 512 * NV)), stream);
+    constexpr int CB = NORMSCAN_ROWS_CLUSTER_BLOCK;
+    if (nvec <= int64_t(CB) * NV * max_cluster)
+      return launch_rows_in_registers<T, Op, CB, CB, NV, 1024 / CB>(a, static_cast<int>(ceil_div(nvec, CB * NV)), stream);
     if (nvec <= int64_t(1024) * NV * max_cluster)
       return launch_rows_in_registers<T, Op, 1024, 1024, NV, 1>(a, static_cast<int>(ceil_div(nvec, 1024 * NV)),
                                                                  stream);
@@ -306,9 +315,10 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
   if (a.inner == 1 && a.x_sl == 1 && a.y_sl == 1) return launch_reduce_scale_rows<T, Op>(a, stream);
   // Items held per thread, in 32-bit registers' worth: doubles take two.
   constexpr int R = sizeof(T) > 4 ? 2 : 1;
-  if (a.length <= 16 / R) return launch_strided<T, Op, 256, 1, 16 / R, true, 2>(a, stream);
-  if (a.length <= 64 / R) return launch_strided<T, Op, 256, 1, 64 / R, true, 2>(a, stream);
-  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 2>(a, stream);
+  constexpr int MB = NORMSCAN_STRIDED_MINB;
+  if (a.length <= 16 / R) return launch_strided<T, Op, 256, 1, 16 / R, true, MB>(a, stream);
+  if (a.length <= 64 / R) return launch_strided<T, Op, 256, 1, 64 / R, true, MB>(a, stream);
+  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, MB>(a, stream);
   if (a.length <= 32 * 32 / R) return launch_strided<T, Op, 32, 32, 32 / R, true, 1>(a, stream);
   return launch_strided<T, Op, 32, 32, 1, false, 1>(a, stream);
 }

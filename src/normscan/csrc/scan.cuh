@@ -189,7 +189,7 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
 
 // ---------------------------------------------------------------- rows
 template <typename T, typename Op, int V, int BLOCK, int NV>
-__global__ void __launch_bounds__(BLOCK, 4) scan_rows_kernel(ScanArgs<T> a) {
+__global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_MINB) scan_rows_kernel(ScanArgs<T> a) {
   using A = scan_acc_t<T>;
   using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
@@ -338,8 +338,18 @@ __global__ void __launch_bounds__(BX * BY, 2) scan_strided_kernel(ScanArgs<T> a)
 }
 
 // ---------------------------------------------------------------- launchers
-constexpr int kScanBlock = 256;
-constexpr int kScanVecs = 4;  // vectors per thread per chunk
+// Tuning knobs (tools/tune.py builds variants with -D); the defaults are the measured best.
+#ifndef NORMSCAN_SCAN_BLOCK
+#define NORMSCAN_SCAN_BLOCK 256
+#endif
+#ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
+#define NORMSCAN_SCAN_VECS 4
+#endif
+#ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
+#define NORMSCAN_SCAN_MINB 4
+#endif
+constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
+constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
 
 template <typename T>
 inline bool scan_rows_share_alignment(const ScanArgs<T>& a) {
