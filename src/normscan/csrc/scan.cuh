@@ -16,6 +16,17 @@
 
 #include "launch.cuh"
 
+// Tuning knobs (tools/tune.py builds variants with -D); the defaults are the measured best.
+#ifndef NORMSCAN_SCAN_BLOCK
+#define NORMSCAN_SCAN_BLOCK 256
+#endif
+#ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
+#define NORMSCAN_SCAN_VECS 4
+#endif
+#ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
+#define NORMSCAN_SCAN_MINB 4
+#endif
+
 namespace normscan {
 
 // The scan ops by the name the binding dispatches on.
@@ -338,16 +349,6 @@ __global__ void __launch_bounds__(BX * BY, 2) scan_strided_kernel(ScanArgs<T> a)
 }
 
 // ---------------------------------------------------------------- launchers
-// Tuning knobs (tools/tune.py builds variants with -D); the defaults are the measured best.
-#ifndef NORMSCAN_SCAN_BLOCK
-#define NORMSCAN_SCAN_BLOCK 256
-#endif
-#ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
-#define NORMSCAN_SCAN_VECS 4
-#endif
-#ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
-#define NORMSCAN_SCAN_MINB 4
-#endif
 constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
 constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
 
