@@ -18,13 +18,16 @@
 
 // Tuning knobs (tools/tune.py builds variants with -D); the defaults are the measured best.
 #ifndef NORMSCAN_SCAN_BLOCK
-#define NORMSCAN_SCAN_BLOCK 256
+#define NORMSCAN_SCAN_BLOCK 512
 #endif
 #ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
 #define NORMSCAN_SCAN_VECS 4
 #endif
 #ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
-#define NORMSCAN_SCAN_MINB 4
+#define NORMSCAN_SCAN_MINB 2
+#endif
+#ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
+#define NORMSCAN_SCAN_STRIDED_ITEMS 8
 #endif
 
 namespace normscan {
@@ -416,7 +419,8 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
                                                                                  stream, a);
   }
   const int64_t cols = a.outer * ceil_div(a.inner, 32);
-  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, 8>>(dim3(32, 8), 1, cols, stream, a);
+  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_ITEMS>>(dim3(32, 8), 1, cols,
+                                                                                          stream, a);
 }
 
 }  // namespace normscan
