@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -189,6 +190,9 @@ def run_entries(entries: list[Entry], repeat: int) -> list[Row]:
 
 # ---------------------------------------------------------------- output
 def _commit() -> str:
+    """$NORMSCAN_COMMIT (for copies of a checkout without .git), else git's HEAD."""
+    if os.environ.get("NORMSCAN_COMMIT"):
+        return os.environ["NORMSCAN_COMMIT"]
     here = Path(__file__).resolve().parent
     try:  # outside a git checkout (an installed wheel) there is no commit to report
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
