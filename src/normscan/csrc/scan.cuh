@@ -27,7 +27,7 @@
 #define NORMSCAN_SCAN_MINB 2
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
-#define NORMSCAN_SCAN_STRIDED_ITEMS 8
+#define NORMSCAN_SCAN_STRIDED_ITEMS 16
 #endif
 
 namespace normscan {
