@@ -77,7 +77,7 @@ def test_eager_call_overhead_is_small():
         reference.l2_normalize(x, 1)
     torch.cuda.synchronize()
     eager_us = 1e6 * (time.perf_counter() - start) / n
-    print(f"eager call on a tiny input: normscan {ours_us:.1f} us, PyTorch expression {eager_us:.1f} us")
+    print(f"\neager call on a tiny input: normscan {ours_us:.1f} us, PyTorch expression {eager_us:.1f} us")
     assert ours_us < max(eager_us, 30.0)
 
 

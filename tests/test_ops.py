@@ -1,5 +1,7 @@
 """The Python layer on any machine: validation, errors, the folded view, CPU path, fake tensors."""
 
+import math
+
 import pytest
 import torch
 
@@ -113,6 +115,25 @@ def test_plan_folds_rows_channels_and_views():
     assert (v.outer, v.length, v.inner, v.x_strides) == (1, 6, 4, (0, 4, 1))
     x = torch.empty(2, 3, 4, 5)[:, :, 1:3, ::2]  # three runs: does not fold
     assert ops.plan(x, ops.output_like(x), 1) is None
+
+
+def _addresses(view, x):
+    """The elements a view reaches, as (outer, length, inner) of x's values."""
+    return x.as_strided((view.outer, view.length, view.inner), view.x_strides, x.storage_offset())
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 6), 1), ((4, 6), 0), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 3), ((7,), 0),
+                                       ((), 0), ((3, 1, 5), 1), ((3, 1, 5), 2)])
+def test_contiguous_fast_path_and_general_fold_reach_the_same_elements(shape, dim):
+    x = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+    lead, rest = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
+    expected = x.reshape(lead, shape[dim] if shape else 1, rest)
+    _, _, fast = ops._prepare(x, dim)
+    general = ops.plan(x, torch.empty_like(x), dim)
+    assert torch.equal(_addresses(fast, x), expected)
+    folded = _addresses(general, x)  # may fold differently, but each row is one reduced line
+    assert sorted(map(tuple, folded.transpose(1, 2).reshape(-1, folded.shape[1]).tolist())) == \
+        sorted(map(tuple, expected.transpose(1, 2).reshape(-1, expected.shape[1]).tolist()))
 
 
 def test_output_keeps_dense_layouts():
