@@ -22,6 +22,9 @@
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
 #define NORMSCAN_ROWS_CLUSTER_BLOCK 512
 #endif
+#ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
+#define NORMSCAN_STRIDED_BX 256
+#endif
 #ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
 #define NORMSCAN_STRIDED_MINB 2
 #endif
@@ -316,8 +319,9 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
   // Items held per thread, in 32-bit registers' worth: doubles take two.
   constexpr int R = sizeof(T) > 4 ? 2 : 1;
   constexpr int MB = NORMSCAN_STRIDED_MINB;
-  if (a.length <= 16 / R) return launch_strided<T, Op, 256, 1, 16 / R, true, MB>(a, stream);
-  if (a.length <= 64 / R) return launch_strided<T, Op, 256, 1, 64 / R, true, MB>(a, stream);
+  constexpr int BX = NORMSCAN_STRIDED_BX;
+  if (a.length <= 16 / R) return launch_strided<T, Op, BX, 1, 16 / R, true, MB>(a, stream);
+  if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, MB>(a, stream);
   if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, MB>(a, stream);
   if (a.length <= 32 * 32 / R) return launch_strided<T, Op, 32, 32, 32 / R, true, 1>(a, stream);
   return launch_strided<T, Op, 32, 32, 1, false, 1>(a, stream);

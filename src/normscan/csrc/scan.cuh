@@ -26,6 +26,9 @@
 #ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
 #define NORMSCAN_SCAN_MINB 2
 #endif
+#ifndef NORMSCAN_LOOKBACK_VECS  // vectors per thread in a look-back tile
+#define NORMSCAN_LOOKBACK_VECS 4
+#endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
 #endif
@@ -354,6 +357,7 @@ __global__ void __launch_bounds__(BX * BY, 2) scan_strided_kernel(ScanArgs<T> a)
 // ---------------------------------------------------------------- launchers
 constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
 constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
+constexpr int kLookbackVecs = NORMSCAN_LOOKBACK_VECS;
 
 template <typename T>
 inline bool scan_rows_share_alignment(const ScanArgs<T>& a) {
@@ -370,7 +374,7 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !scan_rows_share_alignment(a)) return 0;
   if (a.outer >= int64_t(4) * sms || a.length <= chunk) return 0;
   const int64_t nvec = a.length / vec16<T>();  // whole vectors in the best-aligned row
-  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kScanBlock) * kScanVecs);
+  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kScanBlock) * kLookbackVecs);
 }
 
 // Bytes of look-back workspace for these arguments (0: none needed).
@@ -408,7 +412,7 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
       if (err != cudaSuccess) return err;
       err = cudaMemsetAsync(st.flags, 0, tiles * sizeof(int), stream);
       if (err != cudaSuccess) return err;
-      scan_lookback_kernel<T, Op, V, kScanBlock, kScanVecs>
+      scan_lookback_kernel<T, Op, V, kScanBlock, kLookbackVecs>
           <<<static_cast<unsigned>(tiles), kScanBlock, 0, stream>>>(a, st, tiles_per_row);
       return cudaGetLastError();
     }
