@@ -29,28 +29,13 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
-// Tuning knob (tools/tune.py): 1 marks 16-byte loads and stores as streaming (.cs: evict
-// first), since every byte is touched once.
-#ifndef NORMSCAN_STREAMING
-#define NORMSCAN_STREAMING 0
-#endif
-
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
-  if constexpr (NORMSCAN_STREAMING && sizeof(Vec<T, N>) == 16) {
-    const int4 bits = __ldcs(reinterpret_cast<const int4*>(p));
-    return *reinterpret_cast<const Vec<T, N>*>(&bits);
-  } else {
-    return *reinterpret_cast<const Vec<T, N>*>(p);
-  }
+  return *reinterpret_cast<const Vec<T, N>*>(p);
 }
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
-  if constexpr (NORMSCAN_STREAMING && sizeof(Vec<T, N>) == 16) {
-    __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
-  } else {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
-  }
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
 // A row of n elements split into an unaligned head, whole N-element vectors, and a tail.

@@ -27,7 +27,7 @@
 #define NORMSCAN_SCAN_MINB 2
 #endif
 #ifndef NORMSCAN_LOOKBACK_VECS  // vectors per thread in a look-back tile
-#define NORMSCAN_LOOKBACK_VECS 4
+#define NORMSCAN_LOOKBACK_VECS 8
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
