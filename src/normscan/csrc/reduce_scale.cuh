@@ -207,61 +207,77 @@ __global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArg
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
-// A block is BX positions along inner (coalesced) by BY threads along the reduced dim.
-// Thread (tx, ty) takes positions l = ty + k * BY of its column: with IN_REGS it holds
-// them in registers (k < ITEMS, length <= BY * ITEMS), otherwise it reads them twice.
-template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int MINB>
+// A block is BX positions along inner (coalesced) by BY threads along the reduced dim, and
+// each thread takes CPT columns BX apart (short columns would otherwise keep too few bytes
+// in flight). Thread (tx, ty) takes positions l = ty + k * BY of its columns: with IN_REGS
+// it holds them in registers (k < ITEMS, length <= BY * ITEMS), otherwise it reads them twice.
+template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int MINB>
 __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
-  __shared__ A part[2][BY][BX];
+  __shared__ A part[2][BY][BX * CPT];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t tiles_inner = (a.inner + BX - 1) / BX;
+  const int64_t tiles_inner = (a.inner + BX * CPT - 1) / (BX * CPT);
   const int64_t ntiles = a.outer * tiles_inner;
   const int64_t count = a.length > ty ? (a.length - ty + BY - 1) / BY : 0;  // positions of this thread
+  const int64_t x_step = BY * a.x_sl, y_step = BY * a.y_sl;
   int parity = 0;
   for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, parity ^= 1) {
     const int64_t o = tile / tiles_inner;
-    const int64_t i = (tile % tiles_inner) * BX + tx;
-    const bool active = i < a.inner;
-    const T* xp = a.x + o * a.x_so + (active ? i : 0) * a.x_si + ty * a.x_sl;
-    T* yp = a.y + o * a.y_so + (active ? i : 0) * a.y_si + ty * a.y_sl;
-    const int64_t x_step = BY * a.x_sl, y_step = BY * a.y_sl;
-    T vals[IN_REGS ? ITEMS : 1];
-    A sum = A(0);
-    if (active) {
-      if (IN_REGS) {
+    const int64_t i0 = (tile % tiles_inner) * BX * CPT + tx;
+    T vals[CPT][IN_REGS ? ITEMS : 1];
+    A sum[CPT];
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+      sum[c] = A(0);
+      const int64_t i = i0 + c * BX;
+      if (IN_REGS && i < a.inner) {
         // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
-        const T* p = xp;
+        const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll
-        for (int k = 0; k < ITEMS; ++k, p += x_step)
-          if (k < count) vals[k] = *p;
+        for (int k = 0; k < (IN_REGS ? ITEMS : 1); ++k, p += x_step)
+          if (k < count) vals[c][k] = *p;
+      }
+    }
 #pragma unroll
-        for (int k = 0; k < ITEMS; ++k)
-          if (k < count) sum += Op::map(Convert<T>::to_acc(vals[k]));
+    for (int c = 0; c < CPT; ++c) {
+      const int64_t i = i0 + c * BX;
+      if (i >= a.inner) continue;
+      if (IN_REGS) {
+#pragma unroll
+        for (int k = 0; k < (IN_REGS ? ITEMS : 1); ++k)
+          if (k < count) sum[c] += Op::map(Convert<T>::to_acc(vals[c][k]));
       } else {
-        const T* p = xp;
+        const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll 8
-        for (int64_t k = 0; k < count; ++k, p += x_step) sum += Op::map(Convert<T>::to_acc(*p));
+        for (int64_t k = 0; k < count; ++k, p += x_step) sum[c] += Op::map(Convert<T>::to_acc(*p));
       }
     }
     if (BY > 1) {
-      part[parity][ty][tx] = sum;
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) part[parity][ty][tx + c * BX] = sum[c];
       __syncthreads();
-      sum = A(0);
 #pragma unroll
-      for (int j = 0; j < BY; ++j) sum += part[parity][j][tx];
+      for (int c = 0; c < CPT; ++c) {
+        sum[c] = A(0);
+#pragma unroll
+        for (int j = 0; j < BY; ++j) sum[c] += part[parity][j][tx + c * BX];
+      }
     }
-    const A scale = Op::scale(sum, a.length, a.eps);
-    if (!active) continue;
-    T* q = yp;
-    if (IN_REGS) {
 #pragma unroll
-      for (int k = 0; k < ITEMS; ++k, q += y_step)
-        if (k < count) *q = scale_one(vals[k], scale, a.w, ty + int64_t(k) * BY);
-    } else {
-      const T* p = xp;
+    for (int c = 0; c < CPT; ++c) {
+      const int64_t i = i0 + c * BX;
+      if (i >= a.inner) continue;
+      const A scale = Op::scale(sum[c], a.length, a.eps);
+      T* q = a.y + o * a.y_so + i * a.y_si + ty * a.y_sl;
+      if (IN_REGS) {
+#pragma unroll
+        for (int k = 0; k < (IN_REGS ? ITEMS : 1); ++k, q += y_step)
+          if (k < count) *q = scale_one(vals[c][k], scale, a.w, ty + int64_t(k) * BY);
+      } else {
+        const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll 8
-      for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step) *q = scale_one(*p, scale, a.w, ty + k * BY);
+        for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step) *q = scale_one(*p, scale, a.w, ty + k * BY);
+      }
     }
   }
 }
@@ -305,11 +321,11 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   return launch_persistent<reduce_scale_reread_kernel<T, Op>>(dim3(512), 1, a.outer, stream, a);
 }
 
-template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int MINB>
+template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int MINB>
 inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
-  const int64_t tiles = a.outer * ceil_div(a.inner, BX);
-  return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, MINB>>(dim3(BX, BY), 1, tiles,
-                                                                                             stream, a);
+  const int64_t tiles = a.outer * ceil_div(a.inner, BX * CPT);
+  return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, CPT, MINB>>(
+      dim3(BX, BY), 1, tiles, stream, a);
 }
 
 template <typename T, typename Op>
@@ -320,11 +336,13 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
   constexpr int R = sizeof(T) > 4 ? 2 : 1;
   constexpr int MB = NORMSCAN_STRIDED_MINB;
   constexpr int BX = NORMSCAN_STRIDED_BX;
-  if (a.length <= 16 / R) return launch_strided<T, Op, BX, 1, 16 / R, true, MB>(a, stream);
-  if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, MB>(a, stream);
-  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, MB>(a, stream);
-  if (a.length <= 32 * 32 / R) return launch_strided<T, Op, 32, 32, 32 / R, true, 1>(a, stream);
-  return launch_strided<T, Op, 32, 32, 1, false, 1>(a, stream);
+  // Short columns: several per thread, so that a thread keeps up to 64 values in flight.
+  if (a.length <= 4 / R) return launch_strided<T, Op, BX, 1, 4 / R, true, 16, MB>(a, stream);
+  if (a.length <= 16 / R) return launch_strided<T, Op, BX, 1, 16 / R, true, 4, MB>(a, stream);
+  if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, 1, MB>(a, stream);
+  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 1, MB>(a, stream);
+  if (a.length <= 32 * 32 / R) return launch_strided<T, Op, 32, 32, 32 / R, true, 1, 1>(a, stream);
+  return launch_strided<T, Op, 32, 32, 1, false, 1, 1>(a, stream);
 }
 
 }  // namespace normscan
