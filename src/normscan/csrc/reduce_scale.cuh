@@ -337,7 +337,7 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
   constexpr int MB = NORMSCAN_STRIDED_MINB;
   constexpr int BX = NORMSCAN_STRIDED_BX;
   // Short columns: several per thread, so that a thread keeps up to 64 values in flight.
-  if (a.length <= 4 / R) return launch_strided<T, Op, BX, 1, 4 / R, true, 16, MB>(a, stream);
+  if (a.length <= 4 / R) return launch_strided<T, Op, BX, 1, 4 / R, true, 16 / R, MB>(a, stream);
   if (a.length <= 16 / R) return launch_strided<T, Op, BX, 1, 16 / R, true, 4, MB>(a, stream);
   if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, 1, MB>(a, stream);
   if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 1, MB>(a, stream);
