@@ -61,29 +61,28 @@ class RMSNorm(nn.Module):
         return f"{self.num_features}, eps={self.eps}, dim={self.dim}, elementwise_affine={self.weight is not None}"
 
 
-class CumProd(nn.Module):
-    """``torch.cumprod(x, dim)`` (KernelBench 90_cumprod: ``CumProd(dim)``)."""
+class _Scan(nn.Module):
+    _fn = staticmethod(ops.cumsum)
 
     def __init__(self, dim: int, reverse: bool = False, exclusive: bool = False):
         super().__init__()
         self.dim, self.reverse, self.exclusive = dim, reverse, exclusive
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.cumprod(x, self.dim, reverse=self.reverse, exclusive=self.exclusive)
+        return self._fn(x, self.dim, reverse=self.reverse, exclusive=self.exclusive)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, reverse={self.reverse}, exclusive={self.exclusive}"
 
 
-class CumSum(nn.Module):
+class CumProd(_Scan):
+    """``torch.cumprod(x, dim)`` (KernelBench 90_cumprod: ``CumProd(dim)``); ``reverse`` and
+    ``exclusive`` as in :func:`normscan.cumprod`."""
+
+    _fn = staticmethod(ops.cumprod)
+
+
+class CumSum(_Scan):
     """``torch.cumsum(x, dim)``, with the same ``reverse``/``exclusive`` flags as CumProd."""
 
-    def __init__(self, dim: int, reverse: bool = False, exclusive: bool = False):
-        super().__init__()
-        self.dim, self.reverse, self.exclusive = dim, reverse, exclusive
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.cumsum(x, self.dim, reverse=self.reverse, exclusive=self.exclusive)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, reverse={self.reverse}, exclusive={self.exclusive}"
+    _fn = staticmethod(ops.cumsum)

@@ -186,6 +186,29 @@ def _compiling() -> bool:
 
 
 # ---------------------------------------------------------------- public functions
+# Each goes: validate, then the reference on the CPU, the custom op while compiling, or
+# straight to the extension in eager mode.
+def _normalize(name: str, op: str, ref, custom_op, x: torch.Tensor, dim: int) -> torch.Tensor:
+    _check_input(name, x)
+    dim = _wrap_dim(name, dim, x.dim())
+    if x.device.type == "cpu":
+        return ref(x, dim)
+    if _compiling():
+        return custom_op(x, dim)
+    return _reduce_scale_cuda(op, x, dim, None, 0.0)
+
+
+def _scan(name: str, op: str, ref, custom_op, x: torch.Tensor, dim: int, reverse: bool,
+          exclusive: bool) -> torch.Tensor:
+    _check_input(name, x)
+    dim = _wrap_dim(name, dim, x.dim())
+    if x.device.type == "cpu":
+        return ref(x, dim, reverse, exclusive)
+    if _compiling():
+        return custom_op(x, dim, reverse, exclusive)
+    return _scan_cuda(op, x, dim, reverse, exclusive)
+
+
 def l2_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
     """``x / torch.norm(x, p=2, dim=dim, keepdim=True)`` in one pass over memory.
 
@@ -195,13 +218,7 @@ def l2_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
     stride is copied first. The output has x's layout when x is dense, else it is
     contiguous. CPU tensors are computed by the PyTorch expression.
     """
-    _check_input("l2_normalize", x)
-    dim = _wrap_dim("l2_normalize", dim, x.dim())
-    if x.device.type == "cpu":
-        return reference.l2_normalize(x, dim)
-    if _compiling():
-        return torch.ops.normscan.l2_normalize(x, dim)
-    return _reduce_scale_cuda("l2", x, dim, None, 0.0)
+    return _normalize("l2_normalize", "l2", reference.l2_normalize, torch.ops.normscan.l2_normalize, x, dim)
 
 
 def l1_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
@@ -209,13 +226,7 @@ def l1_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
 
     Same coverage, layout rules and special values as :func:`l2_normalize`.
     """
-    _check_input("l1_normalize", x)
-    dim = _wrap_dim("l1_normalize", dim, x.dim())
-    if x.device.type == "cpu":
-        return reference.l1_normalize(x, dim)
-    if _compiling():
-        return torch.ops.normscan.l1_normalize(x, dim)
-    return _reduce_scale_cuda("l1", x, dim, None, 0.0)
+    return _normalize("l1_normalize", "l1", reference.l1_normalize, torch.ops.normscan.l1_normalize, x, dim)
 
 
 def _check_weight(x: torch.Tensor, dim: int, weight: torch.Tensor | None) -> torch.Tensor | None:
@@ -263,22 +274,10 @@ def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool
     as PyTorch keeps it) and float64. Integer dtypes raise TypeError. Layout rules as for
     :func:`l2_normalize`.
     """
-    _check_input("cumprod", x)
-    dim = _wrap_dim("cumprod", dim, x.dim())
-    if x.device.type == "cpu":
-        return reference.cumprod(x, dim, reverse, exclusive)
-    if _compiling():
-        return torch.ops.normscan.cumprod(x, dim, reverse, exclusive)
-    return _scan_cuda("prod", x, dim, reverse, exclusive)
+    return _scan("cumprod", "prod", reference.cumprod, torch.ops.normscan.cumprod, x, dim, reverse, exclusive)
 
 
 def cumsum(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     """``torch.cumsum(x, dim)`` in one pass; ``reverse`` and ``exclusive`` as in :func:`cumprod`
     (exclusive gives 0 first)."""
-    _check_input("cumsum", x)
-    dim = _wrap_dim("cumsum", dim, x.dim())
-    if x.device.type == "cpu":
-        return reference.cumsum(x, dim, reverse, exclusive)
-    if _compiling():
-        return torch.ops.normscan.cumsum(x, dim, reverse, exclusive)
-    return _scan_cuda("sum", x, dim, reverse, exclusive)
+    return _scan("cumsum", "sum", reference.cumsum, torch.ops.normscan.cumsum, x, dim, reverse, exclusive)

@@ -33,6 +33,21 @@ class Problem:
         return 2 * 4 * n
 
 
+# 38_L1Norm_ and 39_L2Norm_ share KernelBench's sizes and input functions.
+_ROW_INPUTS = '''batch_size = 32768
+# choose dim so total <2^31
+dim = 65535
+
+
+def get_inputs():
+    x = torch.rand(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []
+'''
+
 PROBLEMS = {
     p.name: p
     for p in [
@@ -58,36 +73,12 @@ def get_init_inputs():
             name="38_L1Norm_", op="l1_normalize", shape=(32768, 65535), init_inputs=(),
             make_module=lambda: modules.L1Norm(),
             reference=lambda x: reference.l1_normalize(x, 1),
-            inputs_source='''batch_size = 32768
-# choose dim so total <2^31
-dim = 65535
-
-
-def get_inputs():
-    x = torch.rand(batch_size, dim)
-    return [x]
-
-
-def get_init_inputs():
-    return []
-'''),
+            inputs_source=_ROW_INPUTS),
         Problem(
             name="39_L2Norm_", op="l2_normalize", shape=(32768, 65535), init_inputs=(),
             make_module=lambda: modules.L2Norm(),
             reference=lambda x: reference.l2_normalize(x, 1),
-            inputs_source='''batch_size = 32768
-# choose dim so total <2^31
-dim = 65535
-
-
-def get_inputs():
-    x = torch.rand(batch_size, dim)
-    return [x]
-
-
-def get_init_inputs():
-    return []
-'''),
+            inputs_source=_ROW_INPUTS),
         Problem(
             name="90_cumprod", op="cumprod", shape=(32768, 32768), init_inputs=(1,),
             make_module=lambda dim: modules.CumProd(dim),
