@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 import torch
 
 import normscan
-from normscan import _build, ops, reference
+from normscan import ops, reference
 from normscan.cli import export, verify
 from normscan.problems import PROBLEMS
 

@@ -165,3 +165,47 @@ def test_modules_match_kernelbench_constructors():
     x = torch.randn(2, 8, 3)
     torch.testing.assert_close(normscan.RMSNorm(8, 1e-5)(x), reference.rms_norm(x, 1, 1e-5))
     torch.testing.assert_close(normscan.CumSum(2, reverse=True)(x), reference.cumsum(x, 2, reverse=True))
+
+
+def test_kernels_without_cuda_say_so():
+    if torch.cuda.is_available():
+        pytest.skip("checks the message given where torch sees no CUDA device")
+    from normscan import _build
+
+    with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
+        _build.load()
+
+
+def test_build_lock_is_released_when_its_holder_dies(tmp_path):
+    """A build killed half-way must not leave a lock that hangs the next one."""
+    import fcntl
+    import subprocess
+    import sys
+
+    lock = tmp_path / "x.lock"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from pathlib import Path
+from normscan import _build
+with _build._file_lock(Path({str(lock)!r})):
+    print("held", flush=True)
+    time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with open(lock) as handle:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.kill()
+    holder.wait()
+    with open(lock) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
+
+
+def test_source_hash_changes_with_flags(monkeypatch):
+    from normscan import _build
+
+    base = _build.build_key("src", (9, 0))
+    assert base == _build.build_key("src", (9, 0))
+    assert base != _build.build_key("src2", (9, 0)) and base != _build.build_key("src", (8, 0))
+    monkeypatch.setenv("NORMSCAN_EXTRA_CUDA_FLAGS", "-DNORMSCAN_SCAN_VECS=8")
+    assert base != _build.build_key("src", (9, 0))

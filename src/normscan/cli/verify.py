@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -37,7 +37,6 @@ class Case:
     reverse: bool = False
     exclusive: bool = False
     sample: tuple[int, int] | None = None  # (dim, count): check only these slices (huge inputs)
-    tags: tuple[str, ...] = field(default_factory=tuple)
 
 
 @dataclass
