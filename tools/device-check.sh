@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build, environment, GPU tests, the main job. Logs go to
-# $OUT (the device tool's output folder; ./device-out elsewhere); a short table prints last.
-# Usage: tools/device-check.sh [tests|bench|sweep|all]...   (default: all)
+# One call on the GPU machine: build, GPU tests, the main job, the sweeps. Logs and records
+# go to $OUT (the device tool's output folder; ./device-out elsewhere). The checkout that
+# travels has no .git: write the commit first, `git rev-parse --short HEAD > .device-commit`,
+# and name .device-commit in the call's carry.
+# Usage: tools/device-check.sh [tests|huge|bench|sweep]...   (default: tests bench)
+# Seen on an H100 (2026-11-21): build 27-42 s; tests without the >2**31 cases ~5 min, with
+# them ~8 min; bench ~1 min; each sweep half ~1 min. A call may run 10 minutes: split.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
-steps=${*:-all}
+[ -f .device-commit ] && export NORMSCAN_COMMIT=$(cat .device-commit)
+steps=${*:-tests bench}
 status=0
 python3 -m normscan env 2>&1 | tee "$OUT/env.log"
 python3 -c "import normscan._build as b; b.load()" 2>&1 | tee "$OUT/build.log" || exit 1
 for step in $steps; do
   case $step in
-    tests|all) python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/tests.log" | tail -25 || status=1 ;;&
-    bench|all) python3 -m normscan bench --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" || status=1 ;;&
-    sweep) python3 -m normscan bench --sweep --out "$OUT/sweep" 2>&1 | tee "$OUT/sweep.log" || status=1 ;;
+    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs tests --ignore=tests/test_compile.py 2>&1 \
+             | tee "$OUT/tests.log" | tail -15 || status=1 ;;
+    huge) python3 -m pytest -q -rs tests/test_gpu.py -k 31 2>&1 | tee "$OUT/huge.log" | tail -5 || status=1 ;;
+    bench) python3 -m normscan bench --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -8 || status=1 ;;
+    sweep) python3 -m normscan bench --sweep --repeat 10 --ops l2_normalize l1_normalize rms_norm \
+             --out "$OUT/sweep_norm" 2>&1 | tee "$OUT/sweep_norm.log" | tail -32 || status=1
+           python3 -m normscan bench --sweep --repeat 10 --ops cumprod cumsum --out "$OUT/sweep_scan" 2>&1 \
+             | tee "$OUT/sweep_scan.log" | tail -12 || status=1 ;;
+    *) echo "unknown step $step" >&2; status=2 ;;
   esac
 done
 exit $status
