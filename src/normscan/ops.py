@@ -3,8 +3,9 @@
 Every op reduces or scans one dim of a tensor. Folding the dims before and after it
 gives the view ``(outer, length, inner)`` with element strides, read where it lies; the
 kernels see nothing else. Eager calls go straight to the extension (the dispatcher added
-about 30 us a call on an H100 host, tools/overhead.py); under ``torch.compile`` the same calls go through ``torch.library``
-custom ops with fake implementations, so graphs do not break.
+about 30 us a call on the H100 machine, tools/overhead.py); under ``torch.compile`` the
+same calls go through ``torch.library`` custom ops with fake implementations, so graphs
+do not break.
 """
 
 from __future__ import annotations
