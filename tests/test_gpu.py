@@ -35,7 +35,7 @@ def test_case_against_float64(case):
 
 def test_a_wrong_kernel_fails_the_check(monkeypatch):
     """The harness catches a kernel that skips elements or computes the wrong thing."""
-    case = verify.Case("l2 rows", "l2", verify._maker((8, 1000)), 1)
+    case = verify.Case("l2 rows", "l2", verify.maker((8, 1000)), 1)
     real = ops._reduce_scale_cuda
 
     def skips_last_row(op, x, dim, weight, eps, out=None):

@@ -136,10 +136,10 @@ def copy_bandwidth(repeat: int, nbytes: int = 1 << 31) -> float:
 def check_entry(entry: Entry) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
     if entry.op in _SCAN_NAMES:
-        case = verify.Case(entry.label, _SCAN_NAMES[entry.op], verify._maker(entry.shape, entry.dtype, "near1"),
+        case = verify.Case(entry.label, _SCAN_NAMES[entry.op], verify.maker(entry.shape, entry.dtype, "near1"),
                            entry.dim)
     else:
-        case = verify.Case(entry.label, _REDUCE_NAMES[entry.op], verify._maker(entry.shape, entry.dtype, "normal"),
+        case = verify.Case(entry.label, _REDUCE_NAMES[entry.op], verify.maker(entry.shape, entry.dtype, "normal"),
                            entry.dim, with_weight=entry.weight)
     n = 1
     for s in entry.shape:

@@ -76,7 +76,7 @@ def _values(shape, dtype, device, dist: str, gen: torch.Generator) -> torch.Tens
     return x.to(dtype)
 
 
-def _maker(shape, dtype=torch.float32, dist="normal", view=None, specials=None):
+def maker(shape, dtype=torch.float32, dist="normal", view=None, specials=None):
     def make(device: str) -> torch.Tensor:
         gen = torch.Generator(device=device)
         gen.seed()  # fresh inputs every run
@@ -123,38 +123,38 @@ def cases(quick: bool = False, huge: bool = True) -> list[Case]:
         dist = "near1" if op == "prod" else "normal"
         for dtype in dtypes:
             for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
-                out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, _maker(shape, dtype, dist), -1))
+                out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
             for shape, dim in strided if dtype == torch.float32 else strided[:4]:
-                out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, _maker(shape, dtype, dist), dim))
+                out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
         for vname, (view, shape, dim) in views.items():
-            out.append(Case(f"{op} {vname}", op, _maker(shape, torch.float32, dist, view=view), dim))
+            out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=view), dim))
         dists = ["uniform", "mixed"] if is_scan else ["uniform", "mixed", "large", "tiny"]
         for d in dists:
-            out.append(Case(f"{op} {d} (64, 4099)", op, _maker((64, 4099), torch.float32, d), 1))
-        out.append(Case(f"{op} zero row", op, _maker((4, 515), torch.float32, dist, specials=_zero_row), 1))
-        out.append(Case(f"{op} inf/nan", op, _maker((4, 515), torch.float32, dist, specials=_inf_nan), 1))
-        out.append(Case(f"{op} empty", op, _maker((0, 17), torch.float32, dist), 1))
-        out.append(Case(f"{op} empty dim", op, _maker((5, 0, 3), torch.float32, dist), 1))
-        out.append(Case(f"{op} 0-d", op, _maker((), torch.float32, dist), 0))
+            out.append(Case(f"{op} {d} (64, 4099)", op, maker((64, 4099), torch.float32, d), 1))
+        out.append(Case(f"{op} zero row", op, maker((4, 515), torch.float32, dist, specials=_zero_row), 1))
+        out.append(Case(f"{op} inf/nan", op, maker((4, 515), torch.float32, dist, specials=_inf_nan), 1))
+        out.append(Case(f"{op} empty", op, maker((0, 17), torch.float32, dist), 1))
+        out.append(Case(f"{op} empty dim", op, maker((5, 0, 3), torch.float32, dist), 1))
+        out.append(Case(f"{op} 0-d", op, maker((), torch.float32, dist), 0))
         if is_scan:
             for rev, exc in [(True, False), (False, True), (True, True)]:
                 for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((1, 1 << 20), 1)]:
                     out.append(Case(f"{op} {shape} dim={dim} reverse={rev} exclusive={exc}", op,
-                                    _maker(shape, torch.float32, dist), dim, reverse=rev, exclusive=exc))
-            out.append(Case(f"{op} one long row (1, 2**24+3)", op, _maker((1, (1 << 24) + 3), torch.float32, dist), 1))
+                                    maker(shape, torch.float32, dist), dim, reverse=rev, exclusive=exc))
+            out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, dist), 1))
             out.append(Case(f"{op} few long rows (4, 2**22+1) bf16", op,
-                            _maker((4, (1 << 22) + 1), torch.bfloat16, dist), 1))
+                            maker((4, (1 << 22) + 1), torch.bfloat16, dist), 1))
         if op == "rms":
-            out.append(Case("rms eps=0 zero row", "rms", _maker((4, 515), torch.float32, specials=_zero_row), 1, eps=0.0))
+            out.append(Case("rms eps=0 zero row", "rms", maker((4, 515), torch.float32, specials=_zero_row), 1, eps=0.0))
             for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                       ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16)]:
-                out.append(Case(f"rms weight {shape} dim={dim} {_dt(dtype)}", "rms", _maker(shape, dtype), dim,
+                out.append(Case(f"rms weight {shape} dim={dim} {_dt(dtype)}", "rms", maker(shape, dtype), dim,
                                 with_weight=True))
         if huge and not quick:  # more than 2**31 elements: 64-bit offsets
-            out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, _maker((32769, 65537), torch.float32, dist), 1,
+            out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), 1,
                             sample=(0, 6)))
             out.append(Case(f"{op} >2**31 strided (2, 64, 2**24+1)", op,
-                            _maker((2, 64, (1 << 24) + 1), torch.float32, dist), 1, sample=(2, 64)))
+                            maker((2, 64, (1 << 24) + 1), torch.float32, dist), 1, sample=(2, 64)))
     return out
 
 
