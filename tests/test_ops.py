@@ -209,3 +209,17 @@ def test_source_hash_changes_with_flags(monkeypatch):
     assert base != _build.build_key("src2", (9, 0)) and base != _build.build_key("src", (8, 0))
     monkeypatch.setenv("NORMSCAN_EXTRA_CUDA_FLAGS", "-DNORMSCAN_SCAN_VECS=8")
     assert base != _build.build_key("src", (9, 0))
+
+
+def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
+    from torch.utils import cpp_extension
+
+    from normscan import _build
+
+    def failing(**kwargs):
+        raise RuntimeError("Error building extension 'x': cuda.cu(12): error: identifier \"oops\" is undefined")
+
+    monkeypatch.setattr(cpp_extension, "load_inline", failing)
+    with pytest.raises(_build.BuildError) as err:
+        _build._compile("x", "source", (9, 0), tmp_path)
+    assert "sm_90" in str(err.value) and 'identifier "oops" is undefined' in str(err.value)
