@@ -1,6 +1,7 @@
 """The Python layer on any machine: validation, errors, the folded view, CPU path, fake tensors."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -220,6 +221,8 @@ def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
         raise RuntimeError("Error building extension 'x': cuda.cu(12): error: identifier \"oops\" is undefined")
 
     monkeypatch.setattr(cpp_extension, "load_inline", failing)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     with pytest.raises(_build.BuildError) as err:
         _build._compile("x", "source", (9, 0), tmp_path)
     assert "sm_90" in str(err.value) and 'identifier "oops" is undefined' in str(err.value)
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"  # the user's setting is given back
