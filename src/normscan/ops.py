@@ -106,7 +106,11 @@ def plan(x: torch.Tensor, y: torch.Tensor, dim: int) -> View | None:
     return View(outer, length, inner, (xso, sl[0], xsi), (yso, sl[1], ysi))
 
 
-def _prepare(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, View]:
+def _prepare(x: torch.Tensor, dim: int, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, View]:
+    """(x, y, view) for one launch. ``out`` (tests pass a poisoned buffer laid out as
+    output_like(x)) is used as y; x's layout must then fold."""
+    if out is not None:
+        return x, out, plan(x, out, dim)
     if x.is_contiguous():  # the common case, without the general fold's sorting (eager overhead)
         shape = x.shape
         inner = math.prod(shape[dim + 1:])
@@ -127,10 +131,7 @@ def _prepare(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, Vie
 def _reduce_scale_cuda(op: str, x: torch.Tensor, dim: int, weight: torch.Tensor | None, eps: float,
                        out: torch.Tensor | None = None) -> torch.Tensor:
     ext = _build.load()
-    if out is None:
-        x, y, view = _prepare(x, dim)
-    else:  # tests pass a poisoned buffer laid out as output_like(x) would be
-        y, view = out, plan(x, out, dim)
+    x, y, view = _prepare(x, dim, out)
     if y.numel():
         ext.reduce_scale(x, y, weight, op, *view.args(), float(eps))
     return y
@@ -139,10 +140,7 @@ def _reduce_scale_cuda(op: str, x: torch.Tensor, dim: int, weight: torch.Tensor 
 def _scan_cuda(op: str, x: torch.Tensor, dim: int, reverse: bool, exclusive: bool,
                out: torch.Tensor | None = None) -> torch.Tensor:
     ext = _build.load()
-    if out is None:
-        x, y, view = _prepare(x, dim)
-    else:
-        y, view = out, plan(x, out, dim)
+    x, y, view = _prepare(x, dim, out)
     if y.numel():
         ext.scan(x, y, op, *view.args(), bool(reverse), bool(exclusive))
     return y

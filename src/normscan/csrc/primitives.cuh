@@ -149,6 +149,15 @@ inline cudaError_t resident_blocks(Kernel kernel, int threads, int64_t* out) {
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rows (element stride x_so, y_so) may use 16-byte vectors only if every x row and its y
+// row share their alignment: the same head is then peeled from both.
+template <typename T>
+inline bool rows_share_alignment(const T* x, const T* y, int64_t x_so, int64_t y_so, int64_t outer) {
+  const auto dx = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(y));
+  const auto ds = static_cast<uint64_t>((x_so - y_so) * static_cast<int64_t>(sizeof(T)));
+  return dx % 16 == 0 && (outer == 1 || ds % 16 == 0);
+}
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 }  // namespace normscan

@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArg
 template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int MINB>
 __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
+  constexpr int HELD = IN_REGS ? ITEMS : 1;  // values a thread holds per column
   __shared__ A part[2][BY][BX * CPT];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t tiles_inner = (a.inner + BX * CPT - 1) / (BX * CPT);
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
   for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, parity ^= 1) {
     const int64_t o = tile / tiles_inner;
     const int64_t i0 = (tile % tiles_inner) * BX * CPT + tx;
-    T vals[CPT][IN_REGS ? ITEMS : 1];
+    T vals[CPT][HELD];
     A sum[CPT];
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
@@ -234,7 +235,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
         // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll
-        for (int k = 0; k < (IN_REGS ? ITEMS : 1); ++k, p += x_step)
+        for (int k = 0; k < HELD; ++k, p += x_step)
           if (k < count) vals[c][k] = *p;
       }
     }
@@ -244,7 +245,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
       if (i >= a.inner) continue;
       if (IN_REGS) {
 #pragma unroll
-        for (int k = 0; k < (IN_REGS ? ITEMS : 1); ++k)
+        for (int k = 0; k < HELD; ++k)
           if (k < count) sum[c] += Op::map(Convert<T>::to_acc(vals[c][k]));
       } else {
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
@@ -271,7 +272,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
       T* q = a.y + o * a.y_so + i * a.y_si + ty * a.y_sl;
       if (IN_REGS) {
 #pragma unroll
-        for (int k = 0; k < (IN_REGS ? ITEMS : 1); ++k, q += y_step)
+        for (int k = 0; k < HELD; ++k, q += y_step)
           if (k < count) *q = scale_one(vals[c][k], scale, a.w, ty + int64_t(k) * BY);
       } else {
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
@@ -289,14 +290,6 @@ inline cudaError_t launch_rows_in_registers(const ReduceScaleArgs<T>& a, int clu
   return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, stream, a);
 }
 
-// Rows may use 16-byte vectors only if every x row and its y row share their alignment.
-template <typename T>
-inline bool rows_share_alignment(const ReduceScaleArgs<T>& a) {
-  const auto dx = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a.x) - reinterpret_cast<uintptr_t>(a.y));
-  const auto ds = static_cast<uint64_t>((a.x_so - a.y_so) * static_cast<int64_t>(sizeof(T)));
-  return dx % 16 == 0 && (a.outer == 1 || ds % 16 == 0);
-}
-
 template <typename T, typename Op>
 inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
   constexpr int V = vec16<T>();
@@ -307,7 +300,7 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   const int max_cluster = d.major >= 9 ? 8 : 1;
   // Vectors per thread in the 64-register configurations: fp64 math needs the room.
   constexpr int NV = sizeof(T) > 4 ? 4 : 8;
-  if (rows_share_alignment(a)) {
+  if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
     if (nvec <= 32 * 4) return launch_rows_in_registers<T, Op, 256, 32, 4, 4>(a, 1, stream);
     if (nvec <= 128 * 4) return launch_rows_in_registers<T, Op, 256, 128, 4, 4>(a, 1, stream);
     if (nvec <= 512 * 4) return launch_rows_in_registers<T, Op, 512, 512, 4, 2>(a, 1, stream);

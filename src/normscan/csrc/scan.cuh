@@ -359,20 +359,13 @@ constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
 constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
 constexpr int kLookbackVecs = NORMSCAN_LOOKBACK_VECS;
 
-template <typename T>
-inline bool scan_rows_share_alignment(const ScanArgs<T>& a) {
-  const auto dx = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(a.x) - reinterpret_cast<uintptr_t>(a.y));
-  const auto ds = static_cast<uint64_t>((a.x_so - a.y_so) * static_cast<int64_t>(sizeof(T)));
-  return dx % 16 == 0 && (a.outer == 1 || ds % 16 == 0);
-}
-
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
 // plan: enough rows to fill the device, rows of one chunk, or under 2**22 elements, where a
 // workspace and its two memsets are not worth it.
 template <typename T>
 inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   constexpr int64_t chunk = int64_t(kScanBlock) * kScanVecs * vec16<T>();
-  if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !scan_rows_share_alignment(a)) return 0;
+  if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) return 0;
   if (a.outer >= int64_t(4) * sms || a.length <= chunk || a.outer * a.length < (int64_t(1) << 22)) return 0;
   const int64_t nvec = a.length / vec16<T>();  // whole vectors in the best-aligned row
   return ceil_div(nvec > 0 ? nvec : 1, int64_t(kScanBlock) * kLookbackVecs);
@@ -417,7 +410,7 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
           <<<static_cast<unsigned>(tiles), kScanBlock, 0, stream>>>(a, st, tiles_per_row);
       return cudaGetLastError();
     }
-    if (scan_rows_share_alignment(a))
+    if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer))
       return launch_persistent<scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer,
                                                                                     stream, a);
     return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer,
