@@ -1,9 +1,12 @@
 """`normscan bench`: check and time every op against PyTorch eager, torch.compile and the
 device's copy bandwidth, in one run. Writes a JSON record and a PNG plot.
 
-Times are medians of CUDA-event timings after warm-up; inputs rotate through enough
-copies to exceed twice the L2 cache, so no timing reads a warm cache. Bandwidth counts
-the fewest bytes any implementation must move: x read once, y written once.
+Times are medians of CUDA-event timings after warm-up. Before each timed call a kernel
+reads a 256 MB buffer: it leaves L2 holding nothing of the op's tensors (and nothing dirty
+to write back), and it keeps the GPU busy while the host prepares the call, so the events
+measure device time, not the host's launch cost (tools/overhead.py measures that). Inputs
+also rotate through enough copies to exceed twice the L2 cache. Bandwidth counts the
+fewest bytes any implementation must move: x read once, y written once.
 """
 
 from __future__ import annotations
@@ -109,7 +112,11 @@ def _inputs(entry: Entry, device: str, l2_bytes: int) -> list[torch.Tensor]:
     return [torch.rand(entry.shape, device=device, dtype=entry.dtype) for _ in range(copies)]
 
 
+FLUSH_BYTES = 256 << 20
+
+
 def time_ms(fn: Callable, inputs: list[torch.Tensor], weight, repeat: int, warmup: int = 3) -> float:
+    flush = torch.ones(FLUSH_BYTES // 4, device="cuda")
     for i in range(warmup):
         fn(inputs[i % len(inputs)], weight)
     torch.cuda.synchronize()
@@ -117,6 +124,7 @@ def time_ms(fn: Callable, inputs: list[torch.Tensor], weight, repeat: int, warmu
     for i in range(repeat):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         x = inputs[i % len(inputs)]
+        flush.sum()
         start.record()
         fn(x, weight)
         end.record()
