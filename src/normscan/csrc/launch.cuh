@@ -5,17 +5,29 @@
 
 namespace normscan {
 
-// Launch `kernel` with `threads` threads per block over `units` independent work units
-// (each unit is one cluster of `cluster` blocks), on a grid no larger than what is
-// resident at once; the kernel loops over the remaining units. Residency is measured once
-// per kernel, device and cluster size.
-template <auto kernel, typename Args>
-inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, cudaStream_t stream,
-                                     const Args& args) {
+// Static shared memory of a kernel, in bytes.
+template <typename Kernel>
+inline cudaError_t static_smem(Kernel kernel, int64_t* bytes) {
+  cudaFuncAttributes attr;
+  const cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
+  *bytes = static_cast<int64_t>(attr.sharedSizeBytes);
+  return err;
+}
+
+// Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
+// memory over `units` independent work units (each unit is one cluster of `cluster`
+// blocks), on a grid no larger than what is resident at once; the kernel loops over the
+// remaining units. Residency is measured once per kernel, device, cluster size and `smem`.
+template <auto kernel, typename... Args>
+inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
+                                     const Args&... args) {
   constexpr int kMaxDevices = 64;
   constexpr int kMaxCluster = 8;
-  // Resident clusters per device and cluster size; 0 = not measured yet.
-  static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};
+  struct Fit {
+    size_t smem;
+    int64_t clusters;  // 0 = not measured yet
+  };
+  static Fit resident[kMaxDevices][kMaxCluster + 1] = {};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -25,7 +37,7 @@ inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, c
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.blockDim = threads;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   if (cluster > 1) {
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -35,24 +47,28 @@ inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, c
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  int64_t& fit = resident[dev][cluster];
-  if (fit == 0) {
+  Fit& fit = resident[dev][cluster];
+  if (fit.clusters == 0 || fit.smem != smem) {
+    if (smem > 48 * 1024) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (err != cudaSuccess) return err;
+    }
+    int64_t n = 0;
     if (cluster == 1) {
-      err = resident_blocks(kernel, nthreads, &fit);
+      err = resident_blocks(kernel, nthreads, smem, &n);
     } else {
-      int n = 0;
+      int c = 0;
       cfg.gridDim = dim3(cluster, 1, 1);
-      err = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
-      fit = n > 0 ? n : 1;
+      err = cudaOccupancyMaxActiveClusters(&c, kernel, &cfg);
+      n = c;
     }
-    if (err != cudaSuccess) {
-      fit = 0;
-      return err;
-    }
+    if (err != cudaSuccess) return err;
+    fit.smem = smem;
+    fit.clusters = n > 0 ? n : 1;
   }
-  const int64_t grid_units = min64(units, fit);
+  const int64_t grid_units = min64(units, fit.clusters);
   cfg.gridDim = dim3(static_cast<unsigned>(grid_units * cluster), 1, 1);
-  err = cudaLaunchKernelEx(&cfg, kernel, args);
+  err = cudaLaunchKernelEx(&cfg, kernel, args...);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

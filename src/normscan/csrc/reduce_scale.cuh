@@ -2,9 +2,13 @@
 // seen as (outer, length, inner). L2, L1 and RMS normalisation differ only in their functor.
 //
 // Kernels, by layout:
-//   rows     (inner == 1, rows contiguous): each row is held in registers, by a group of
-//            threads, a block, or a thread-block cluster (Hopper) that exchanges one
-//            partial sum through distributed shared memory; x is read from DRAM once.
+//   pipelined (inner == 1, rows contiguous): a ring of shared-memory chunks that cp.async
+//            keeps filling several rows ahead; a row (or, for short rows, several) is summed
+//            and scaled from shared memory. Rows longer than one block's share are split
+//            over a thread-block cluster (Hopper) that exchanges one partial sum through
+//            distributed shared memory; x is read from DRAM once.
+//   rows     (the same layout, when NORMSCAN_ROWS_PIPELINE=0): each row is held in registers,
+//            by a group of threads, a block, or a cluster; nothing is fetched ahead.
 //   reread   (rows too long for registers, or x and y rows aligned differently): one
 //            block per row reads the row twice, scalar loads.
 //   strided  (inner > 1): threads along inner (coalesced), each holding its column's
@@ -22,8 +26,23 @@
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
 #define NORMSCAN_ROWS_CLUSTER_BLOCK 512
 #endif
+#ifndef NORMSCAN_ROWS_PIPELINE  // 1: rows go through the shared-memory pipeline
+#define NORMSCAN_ROWS_PIPELINE 1
+#endif
+#ifndef NORMSCAN_PIPE_CHUNK  // target bytes of one row piece's chunk in the pipeline
+#define NORMSCAN_PIPE_CHUNK 16384
+#endif
+#ifndef NORMSCAN_PIPE_PIECE  // the most bytes of one row a block holds; longer rows take a cluster
+#define NORMSCAN_PIPE_PIECE 131072
+#endif
+#ifndef NORMSCAN_PIPE_MINB  // blocks per SM sharing its shared memory in the pipeline
+#define NORMSCAN_PIPE_MINB 1
+#endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
+#endif
+#ifndef NORMSCAN_STRIDED_VEC_BX  // threads along inner per block in the short-length vector kernels
+#define NORMSCAN_STRIDED_VEC_BX 64
 #endif
 #ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
 #define NORMSCAN_STRIDED_MINB 2
@@ -71,6 +90,158 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
   acc_t<T> v = Convert<T>::to_acc(x) * scale;
   if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
   return Convert<T>::from_acc(v);
+}
+
+// ---------------------------------------------------------------- rows, pipelined
+// The 16-byte units of x a block holds of one row: the row's units (the aligned superset of
+// its bytes, so unaligned rows need no scalar path) split evenly over the cluster's ranks.
+struct RowPiece {
+  const uint4* src;  // first unit of the piece
+  int64_t e0;        // row index of the first element of that unit (negative before the row)
+  int n;             // units in the piece
+};
+
+template <typename T>
+__device__ __forceinline__ RowPiece row_piece(const T* xr, int64_t length, int csize, int crank) {
+  constexpr int V = vec16<T>();
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(xr);
+  const int64_t h = static_cast<int64_t>((addr % 16) / sizeof(T));  // elements of the first unit before the row
+  const int64_t units = (h + length + V - 1) / V;
+  const int64_t per = (units + csize - 1) / csize;
+  const int64_t u0 = min64(units, crank * per);
+  RowPiece pc;
+  pc.src = reinterpret_cast<const uint4*>(addr - addr % 16) + u0;
+  pc.e0 = u0 * V - h;
+  pc.n = static_cast<int>(min64(per, units - u0));
+  return pc;
+}
+
+// Host-chosen shape of the pipeline (plan_rows_pipeline).
+struct RowsPipeline {
+  int rows;         // G: rows per work item (1 when a cluster shares each row)
+  int chunks;       // R: chunks per row piece
+  int chunk_units;  // 16-byte units of one row's part of a chunk
+  int slots;        // M: chunks the ring holds (M > R)
+};
+
+// Work item j of a block is rows [G * (first + j * step), +G). Its row pieces arrive as
+// chunks c = j * R + r, in ring slot c % M; thread t of a row's TPR threads copies, and
+// later reads, units t, t + TPR, ... of each chunk, so it waits only for its own copies.
+// The ring starts full (M chunks in flight) and each item's R slots are refilled, M
+// chunks ahead, once every thread has read them.
+template <typename T, typename Op, int BLOCK, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_pipelined_kernel(ReduceScaleArgs<T> a, RowsPipeline p) {
+  using A = acc_t<T>;
+  constexpr int V = vec16<T>();
+  extern __shared__ uint4 ring[];
+  __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per item
+  __shared__ A cta_part[2];
+  const int tpr = BLOCK / p.rows;
+  const int t = threadIdx.x % tpr, group = threadIdx.x / tpr;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int warps_per_row = tpr / 32;
+  int csize = 1, crank = 0;
+#ifdef NORMSCAN_CLUSTERS
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  csize = static_cast<int>(cluster.num_blocks());
+  crank = static_cast<int>(cluster.block_rank());
+#endif
+  const int64_t items = (a.outer + p.rows - 1) / p.rows;
+  const int64_t first = blockIdx.x / csize, step = gridDim.x / csize;
+  uint4* const mine = ring + static_cast<int64_t>(group) * p.chunk_units;  // + slot * G * chunk_units
+  const int64_t slot_units = static_cast<int64_t>(p.rows) * p.chunk_units;
+
+  // Copy chunk c of this block's sequence into its slot (an empty group past the end).
+  auto issue = [&](int64_t c) {
+    const int64_t item = first + (c / p.chunks) * step;
+    const int64_t row = item * p.rows + group;
+    if (item < items && row < a.outer) {
+      const RowPiece pc = row_piece(a.x + row * a.x_so, a.length, csize, crank);
+      const int k0 = static_cast<int>(c % p.chunks) * p.chunk_units;
+      uint4* dst = mine + (c % p.slots) * slot_units;
+      for (int q = t; q < p.chunk_units && k0 + q < pc.n; q += tpr) cp_async16(dst + q, pc.src + k0 + q);
+    }
+    cp_async_commit();
+  };
+  for (int c = 0; c < p.slots; ++c) issue(c);
+
+  int parity = 0;
+  for (int64_t j = 0, item = first; item < items; ++j, item += step, parity ^= 1) {
+    const int64_t row = item * p.rows + group;
+    const bool active = row < a.outer;
+    const RowPiece pc = active ? row_piece(a.x + row * a.x_so, a.length, csize, crank) : RowPiece{nullptr, 0, 0};
+    cp_async_wait_pending(p.slots - p.chunks);  // this item's chunks are in
+
+    A sum = A(0);
+    for (int r = 0; r < p.chunks; ++r) {
+      const uint4* src = mine + ((j * p.chunks + r) % p.slots) * slot_units;
+      const int k0 = r * p.chunk_units;
+      for (int q = t; q < p.chunk_units && k0 + q < pc.n; q += tpr) {
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + q);
+        const int64_t e = pc.e0 + static_cast<int64_t>(k0 + q) * V;
+        if (e >= 0 && e + V <= a.length) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v.v[i]));
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            if (e + i >= 0 && e + i < a.length) sum += Op::map(Convert<T>::to_acc(v.v[i]));
+        }
+      }
+    }
+    sum = warp_reduce<SumOp>(sum);
+    if (lane == 0) warp_part[parity][warp] = sum;
+    __syncthreads();
+    sum = A(0);
+    for (int i = 0; i < warps_per_row; ++i) sum += warp_part[parity][group * warps_per_row + i];
+#ifdef NORMSCAN_CLUSTERS
+    if (csize > 1) {
+      // One partial per block crosses the cluster; every warp sums them in rank order.
+      if (threadIdx.x == 0) cta_part[parity] = sum;
+      cluster.sync();
+      A c = A(0);
+      if (lane < csize) c = *cluster.map_shared_rank(&cta_part[parity], lane);
+      sum = warp_reduce<SumOp>(c);
+    }
+#endif
+    const A scale = Op::scale(sum, a.length, a.eps);
+    T* yr = a.y + (active ? row : 0) * a.y_so;
+    // x and y rows share their alignment (the launcher checks), so whole units of x are
+    // whole units of y; the weight is read in vectors when it is aligned the same way.
+    const bool w_vec = a.w != nullptr && (reinterpret_cast<uintptr_t>(a.w) + pc.e0 * sizeof(T)) % 16 == 0;
+    for (int r = 0; r < p.chunks; ++r) {
+      const uint4* src = mine + ((j * p.chunks + r) % p.slots) * slot_units;
+      const int k0 = r * p.chunk_units;
+      for (int q = t; q < p.chunk_units && k0 + q < pc.n; q += tpr) {
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + q);
+        const int64_t e = pc.e0 + static_cast<int64_t>(k0 + q) * V;
+        if (e >= 0 && e + V <= a.length) {
+          Vec<T, V> out;
+          if (w_vec) {
+            const Vec<T, V> wv = load_vec<T, V>(a.w + e);
+#pragma unroll
+            for (int i = 0; i < V; ++i)
+              out.v[i] = Convert<T>::from_acc(Convert<T>::to_acc(v.v[i]) * scale * Convert<T>::to_acc(wv.v[i]));
+          } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i) out.v[i] = scale_one(v.v[i], scale, a.w, e + i);
+          }
+          store_vec<T, V>(yr + e, out);
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            if (e + i >= 0 && e + i < a.length) yr[e + i] = scale_one(v.v[i], scale, a.w, e + i);
+        }
+      }
+    }
+    __syncthreads();  // every read of this item's slots is done: refill them
+    for (int r = 0; r < p.chunks; ++r) issue(j * p.chunks + p.slots + r);
+  }
+#ifdef NORMSCAN_CLUSTERS
+  // No block may leave while another can still read its shared memory.
+  if (csize > 1) cluster.sync();
+#endif
 }
 
 // ---------------------------------------------------------------- rows, in registers
@@ -207,77 +378,102 @@ __global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArg
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
-// A block is BX positions along inner (coalesced) by BY threads along the reduced dim, and
-// each thread takes CPT columns BX apart (short columns would otherwise keep too few bytes
-// in flight). Thread (tx, ty) takes positions l = ty + k * BY of its columns: with IN_REGS
-// it holds them in registers (k < ITEMS, length <= BY * ITEMS), otherwise it reads them twice.
-template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int MINB>
+// A block is BX threads along inner (coalesced) by BY threads along the reduced dim. Thread
+// tx takes CPT groups of VI adjacent positions along inner, groups BX * VI apart: VI > 1
+// reads them as one 16-byte vector (inner contiguous and aligned), CPT > 1 gives short
+// columns enough bytes in flight. Thread (tx, ty) takes positions l = ty + k * BY of its
+// columns: with IN_REGS it holds them in registers (k < ITEMS, length <= BY * ITEMS),
+// otherwise it reads them twice.
+template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB>
 __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
-  constexpr int HELD = IN_REGS ? ITEMS : 1;  // values a thread holds per column
-  __shared__ A part[2][BY][BX * CPT];
+  using VT = Vec<T, VI>;
+  constexpr int HELD = IN_REGS ? ITEMS : 1;  // vectors a thread holds per group
+  constexpr int TILE = BX * CPT * VI;        // positions along inner per tile
+  __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t tiles_inner = (a.inner + BX * CPT - 1) / (BX * CPT);
+  const int64_t tiles_inner = (a.inner + TILE - 1) / TILE;
   const int64_t ntiles = a.outer * tiles_inner;
   const int64_t count = a.length > ty ? (a.length - ty + BY - 1) / BY : 0;  // positions of this thread
   const int64_t x_step = BY * a.x_sl, y_step = BY * a.y_sl;
   int parity = 0;
   for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, parity ^= 1) {
     const int64_t o = tile / tiles_inner;
-    const int64_t i0 = (tile % tiles_inner) * BX * CPT + tx;
-    T vals[CPT][HELD];
-    A sum[CPT];
+    const int64_t i0 = (tile % tiles_inner) * TILE + tx * VI;
+    VT vals[CPT][HELD];
+    A sum[CPT][VI];
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
-      sum[c] = A(0);
-      const int64_t i = i0 + c * BX;
+#pragma unroll
+      for (int v = 0; v < VI; ++v) sum[c][v] = A(0);
+      const int64_t i = i0 + c * BX * VI;
       if (IN_REGS && i < a.inner) {
         // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll
         for (int k = 0; k < HELD; ++k, p += x_step)
-          if (k < count) vals[c][k] = *p;
+          if (k < count) vals[c][k] = *reinterpret_cast<const VT*>(p);
       }
     }
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
-      const int64_t i = i0 + c * BX;
+      const int64_t i = i0 + c * BX * VI;
       if (i >= a.inner) continue;
       if (IN_REGS) {
 #pragma unroll
         for (int k = 0; k < HELD; ++k)
-          if (k < count) sum[c] += Op::map(Convert<T>::to_acc(vals[c][k]));
+          if (k < count) {
+#pragma unroll
+            for (int v = 0; v < VI; ++v) sum[c][v] += Op::map(Convert<T>::to_acc(vals[c][k].v[v]));
+          }
       } else {
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll 8
-        for (int64_t k = 0; k < count; ++k, p += x_step) sum[c] += Op::map(Convert<T>::to_acc(*p));
+        for (int64_t k = 0; k < count; ++k, p += x_step) {
+          const VT x = *reinterpret_cast<const VT*>(p);
+#pragma unroll
+          for (int v = 0; v < VI; ++v) sum[c][v] += Op::map(Convert<T>::to_acc(x.v[v]));
+        }
       }
     }
     if (BY > 1) {
 #pragma unroll
-      for (int c = 0; c < CPT; ++c) part[parity][ty][tx + c * BX] = sum[c];
+      for (int c = 0; c < CPT; ++c)
+#pragma unroll
+        for (int v = 0; v < VI; ++v) part[parity][ty][(tx + c * BX) * VI + v] = sum[c][v];
       __syncthreads();
 #pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        sum[c] = A(0);
+      for (int c = 0; c < CPT; ++c)
 #pragma unroll
-        for (int j = 0; j < BY; ++j) sum[c] += part[parity][j][tx + c * BX];
-      }
+        for (int v = 0; v < VI; ++v) {
+          sum[c][v] = A(0);
+#pragma unroll
+          for (int j = 0; j < BY; ++j) sum[c][v] += part[parity][j][(tx + c * BX) * VI + v];
+        }
     }
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
-      const int64_t i = i0 + c * BX;
+      const int64_t i = i0 + c * BX * VI;
       if (i >= a.inner) continue;
-      const A scale = Op::scale(sum[c], a.length, a.eps);
+      A scale[VI];
+#pragma unroll
+      for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum[c][v], a.length, a.eps);
+      auto scale_vec = [&](const VT& x, int64_t l) {
+        VT out;
+#pragma unroll
+        for (int v = 0; v < VI; ++v) out.v[v] = scale_one(x.v[v], scale[v], a.w, l);
+        return out;
+      };
       T* q = a.y + o * a.y_so + i * a.y_si + ty * a.y_sl;
       if (IN_REGS) {
 #pragma unroll
         for (int k = 0; k < HELD; ++k, q += y_step)
-          if (k < count) *q = scale_one(vals[c][k], scale, a.w, ty + int64_t(k) * BY);
+          if (k < count) *reinterpret_cast<VT*>(q) = scale_vec(vals[c][k], ty + int64_t(k) * BY);
       } else {
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll 8
-        for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step) *q = scale_one(*p, scale, a.w, ty + k * BY);
+        for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step)
+          *reinterpret_cast<VT*>(q) = scale_vec(*reinterpret_cast<const VT*>(p), ty + k * BY);
       }
     }
   }
@@ -287,7 +483,38 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
 inline cudaError_t launch_rows_in_registers(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, BLOCK / TPR);
-  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, stream, a);
+  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, 0, stream,
+                                                                                 a);
+}
+
+constexpr int kPipeBlock = 512;
+
+// The pipeline's shape for rows of `row_bytes`, with `smem` bytes of ring per block; false
+// when a row needs more than the largest cluster can hold.
+inline bool plan_rows_pipeline(int64_t row_bytes, int max_cluster, int64_t smem, RowsPipeline* p, int* cluster) {
+  const int64_t units = ceil_div(row_bytes, 16) + 1;  // the most units a row's bytes touch
+  if (row_bytes <= NORMSCAN_PIPE_CHUNK) {
+    // Several whole rows per chunk, each held by one or more whole warps.
+    int g = 1;
+    while (2 * g <= kPipeBlock / 32 && 2 * g * row_bytes <= NORMSCAN_PIPE_CHUNK) g *= 2;
+    *cluster = 1;
+    p->rows = g;
+    p->chunks = 1;
+    p->chunk_units = static_cast<int>(units);
+  } else {
+    // The smallest cluster whose blocks hold at most NORMSCAN_PIPE_PIECE bytes of a row
+    // each (plus the edge unit of an unaligned row).
+    int c = 1;
+    while (c < max_cluster && ceil_div(row_bytes, c) > NORMSCAN_PIPE_PIECE) c *= 2;
+    if (ceil_div(row_bytes, c) > NORMSCAN_PIPE_PIECE) return false;
+    const int64_t piece = ceil_div(units, c);
+    *cluster = c;
+    p->rows = 1;
+    p->chunks = static_cast<int>(ceil_div(piece * 16, NORMSCAN_PIPE_CHUNK));
+    p->chunk_units = static_cast<int>(ceil_div(piece, p->chunks));
+  }
+  p->slots = static_cast<int>(smem / (16 * int64_t(p->rows) * p->chunk_units));
+  return p->slots > p->chunks;
 }
 
 template <typename T, typename Op>
@@ -296,6 +523,22 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   DeviceInfo d;
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
+#if NORMSCAN_ROWS_PIPELINE
+  if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
+    constexpr auto kernel = reduce_scale_rows_pipelined_kernel<T, Op, kPipeBlock, NORMSCAN_PIPE_MINB>;
+    int64_t fixed = 0;
+    err = static_smem(kernel, &fixed);
+    if (err != cudaSuccess) return err;
+    // The ring always takes the block's whole share, so residency is one figure per kernel.
+    const int64_t smem = smem_share(d, NORMSCAN_PIPE_MINB, fixed) / 16 * 16;
+    RowsPipeline p;
+    int cluster = 1;
+    if (plan_rows_pipeline(a.length * int64_t(sizeof(T)), d.major >= 9 ? 8 : 1, smem, &p, &cluster)) {
+      const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, p.rows);
+      return launch_persistent<kernel>(dim3(kPipeBlock), cluster, units, static_cast<size_t>(smem), stream, a, p);
+    }
+  }
+#endif
   const int64_t nvec = a.length / V;  // whole vectors in the worst-aligned row
   const int max_cluster = d.major >= 9 ? 8 : 1;
   // Vectors per thread in the 64-register configurations: fp64 math needs the room.
@@ -311,31 +554,53 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
       return launch_rows_in_registers<T, Op, 1024, 1024, NV, 1>(a, static_cast<int>(ceil_div(nvec, 1024 * NV)),
                                                                  stream);
   }
-  return launch_persistent<reduce_scale_reread_kernel<T, Op>>(dim3(512), 1, a.outer, stream, a);
+  return launch_persistent<reduce_scale_reread_kernel<T, Op>>(dim3(512), 1, a.outer, 0, stream, a);
 }
 
-template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int MINB>
+template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB>
 inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
-  const int64_t tiles = a.outer * ceil_div(a.inner, BX * CPT);
-  return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, CPT, MINB>>(
-      dim3(BX, BY), 1, tiles, stream, a);
+  const int64_t tiles = a.outer * ceil_div(a.inner, BX * CPT * VI);
+  return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, CPT, VI, MINB>>(
+      dim3(BX, BY), 1, tiles, 0, stream, a);
+}
+
+// Whether every (outer, l) line of x and y along inner starts 16-byte aligned and holds
+// whole vectors of n elements, contiguous.
+template <typename T>
+inline bool inner_vectorizable(const ReduceScaleArgs<T>& a, int n) {
+  const auto aligned = [n](int64_t stride, int64_t extent) { return extent == 1 || stride % n == 0; };
+  return a.x_si == 1 && a.y_si == 1 && a.inner % n == 0 && aligned(a.x_so, a.outer) && aligned(a.y_so, a.outer) &&
+         aligned(a.x_sl, a.length) && aligned(a.y_sl, a.length) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
 }
 
 template <typename T, typename Op>
 inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
   if (a.outer == 0 || a.length == 0 || a.inner == 0) return cudaSuccess;
   if (a.inner == 1 && a.x_sl == 1 && a.y_sl == 1) return launch_reduce_scale_rows<T, Op>(a, stream);
+  constexpr int MB = NORMSCAN_STRIDED_MINB;
+  constexpr int VI = vec16<T>();
+  const bool vec = inner_vectorizable(a, VI);
+  // Columns of up to 128: 16-byte vectors along inner, up to 16 per thread (256 bytes).
+  if (vec) {
+    constexpr int BX = NORMSCAN_STRIDED_VEC_BX;
+    if (a.length <= 4) return launch_strided<T, Op, BX, 1, 4, true, 4, VI, MB>(a, stream);
+    if (a.length <= 16) return launch_strided<T, Op, BX, 1, 16, true, 1, VI, MB>(a, stream);
+    if (a.length <= 4 * 16) return launch_strided<T, Op, BX, 4, 16, true, 1, VI, MB>(a, stream);
+    // (16-bit types spill here: their fp32 conversions need the registers.)
+    if constexpr (sizeof(T) >= 4)
+      if (a.length <= 8 * 16) return launch_strided<T, Op, 32, 8, 16, true, 1, VI, MB>(a, stream);
+  }
   // Items held per thread, in 32-bit registers' worth: doubles take two.
   constexpr int R = sizeof(T) > 4 ? 2 : 1;
-  constexpr int MB = NORMSCAN_STRIDED_MINB;
   constexpr int BX = NORMSCAN_STRIDED_BX;
   // Short columns: several per thread, so that a thread keeps up to 64 values in flight.
-  if (a.length <= 4 / R) return launch_strided<T, Op, BX, 1, 4 / R, true, 16 / R, MB>(a, stream);
-  if (a.length <= 16 / R) return launch_strided<T, Op, BX, 1, 16 / R, true, 4, MB>(a, stream);
-  if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, 1, MB>(a, stream);
-  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 1, MB>(a, stream);
-  if (a.length <= 32 * 32 / R) return launch_strided<T, Op, 32, 32, 32 / R, true, 1, 1>(a, stream);
-  return launch_strided<T, Op, 32, 32, 1, false, 1, 1>(a, stream);
+  if (a.length <= 4 / R) return launch_strided<T, Op, BX, 1, 4 / R, true, 16 / R, 1, MB>(a, stream);
+  if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, 1, 1, MB>(a, stream);
+  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 1, 1, MB>(a, stream);
+  // Long columns are read twice (the second time mostly from L2).
+  if (vec) return launch_strided<T, Op, 32, 8, 1, false, 1, VI, MB>(a, stream);
+  return launch_strided<T, Op, 32, 32, 1, false, 1, 1, 1>(a, stream);
 }
 
 }  // namespace normscan
