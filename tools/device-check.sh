@@ -3,20 +3,28 @@
 # go to $OUT (the device tool's output folder; ./device-out elsewhere). The checkout that
 # travels has no .git: write the commit first, `git rev-parse --short HEAD > .device-commit`,
 # and name .device-commit in the call's carry.
-# Usage: tools/device-check.sh [tests|huge|bench|sweep]...   (default: tests bench)
+# Usage: tools/device-check.sh [tests|cases|huge|bench|sweep|tune|ncu]...   (default: tests bench)
+#   cases: the float64 cases alone (no exports, no build tests); tune: tools/tune.py over the
+#   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
+#   built in the background while the earlier steps run; ncu: DRAM bytes of the long-row
+#   and channel kernels (ncu's own counters), and where the channel kernel's warps stall;
+#   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck.
 # Seen on an H100 (2026-11-21): build 27-42 s; tests without the >2**31 cases ~5 min, with
 # them ~8 min; bench ~1 min; each sweep half ~1 min. A call may run 10 minutes: split.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
 export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
 [ -f .device-commit ] && export NORMSCAN_COMMIT=$(cat .device-commit)
 steps=${*:-tests bench}
 status=0
 python3 -m normscan env 2>&1 | tee "$OUT/env.log"
 python3 -c "import normscan._build as b; b.load()" 2>&1 | tee "$OUT/build.log" || exit 1
+IFS=';' read -r -a variants <<< "${NORMSCAN_TUNE_VARIANTS:-}"
+[ ${#variants[@]} -eq 0 ] && variants=("")
+case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]}" > "$OUT/tune-build.log" 2>&1 & ;; esac
 for step in $steps; do
   case $step in
     tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs tests --ignore=tests/test_compile.py 2>&1 \
@@ -27,6 +35,16 @@ for step in $steps; do
              --out "$OUT/sweep_norm" 2>&1 | tee "$OUT/sweep_norm.log" | tail -32 || status=1
            python3 -m normscan bench --sweep --repeat 10 --ops cumprod cumsum --out "$OUT/sweep_scan" 2>&1 \
              | tee "$OUT/sweep_scan.log" | tail -12 || status=1 ;;
+    cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs tests/test_gpu.py \
+             -k "float64 or wrong_kernel or stream or channels_last" 2>&1 | tee "$OUT/cases.log" | tail -15 \
+             || status=1 ;;
+    tune) wait; python3 tools/tune.py "${variants[@]}" 2>&1 | tee "$OUT/tune.log" | tail -60 || status=1 ;;
+    ncu) python3 tools/ncu_probe.py "$OUT" 2>&1 | tail -40 || status=1 ;;
+    sanitize) for tool in memcheck racecheck; do
+                compute-sanitizer --tool $tool --error-exitcode 9 python3 -m normscan verify --quick --no-huge \
+                  > "$OUT/sanitize-$tool.log" 2>&1; echo "compute-sanitizer $tool: exit $?"
+                grep -E "ERROR SUMMARY|passed," "$OUT/sanitize-$tool.log" | tail -2
+              done ;;
     *) echo "unknown step $step" >&2; status=2 ;;
   esac
 done
