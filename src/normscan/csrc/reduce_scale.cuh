@@ -2,13 +2,9 @@
 // seen as (outer, length, inner). L2, L1 and RMS normalisation differ only in their functor.
 //
 // Kernels, by layout:
-//   pipelined (inner == 1, rows contiguous): a ring of shared-memory chunks that cp.async
-//            keeps filling several rows ahead; a row (or, for short rows, several) is summed
-//            and scaled from shared memory. Rows longer than one block's share are split
-//            over a thread-block cluster (Hopper) that exchanges one partial sum through
-//            distributed shared memory; x is read from DRAM once.
-//   rows     (the same layout, when NORMSCAN_ROWS_PIPELINE=0): each row is held in registers,
-//            by a group of threads, a block, or a cluster; nothing is fetched ahead.
+//   rows     (inner == 1, rows contiguous): each row is held in registers, by a group of
+//            threads, a block, or a thread-block cluster (Hopper) that exchanges one
+//            partial sum through distributed shared memory; x is read from DRAM once.
 //   reread   (rows too long for registers, or x and y rows aligned differently): one
 //            block per row reads the row twice, scalar loads.
 //   strided  (inner > 1): threads along inner (coalesced), each holding its column's
@@ -25,18 +21,6 @@
 // Tuning knobs (tools/tune.py builds variants with -D); the defaults are the measured best.
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
 #define NORMSCAN_ROWS_CLUSTER_BLOCK 512
-#endif
-#ifndef NORMSCAN_ROWS_PIPELINE  // 1: rows go through the shared-memory pipeline
-#define NORMSCAN_ROWS_PIPELINE 1
-#endif
-#ifndef NORMSCAN_PIPE_CHUNK  // target bytes of one row piece's chunk in the pipeline
-#define NORMSCAN_PIPE_CHUNK 16384
-#endif
-#ifndef NORMSCAN_PIPE_PIECE  // the most bytes of one row a block holds; longer rows take a cluster
-#define NORMSCAN_PIPE_PIECE 131072
-#endif
-#ifndef NORMSCAN_PIPE_MINB  // blocks per SM sharing its shared memory in the pipeline
-#define NORMSCAN_PIPE_MINB 1
 #endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
@@ -92,164 +76,40 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
   return Convert<T>::from_acc(v);
 }
 
-// ---------------------------------------------------------------- rows, pipelined
-// The 16-byte units of x a block holds of one row: the row's units (the aligned superset of
-// its bytes, so unaligned rows need no scalar path) split evenly over the cluster's ranks.
-struct RowPiece {
-  const uint4* src;  // first unit of the piece
-  int64_t e0;        // row index of the first element of that unit (negative before the row)
-  int n;             // units in the piece
+// ---------------------------------------------------------------- rows, in registers
+// This block's part of one row: with a cluster of C blocks, rank r holds the r-th of C
+// equal shares of the row's aligned body. In-row offsets fit 32 bits: a row held in
+// registers is at most a few MB.
+template <typename T> struct RowPart {
+  const T* xr;
+  T* yr;
+  RowSplit s;
+  int body;  // first element of this block's share of the body
+  int mine;  // whole vectors in it (0 for a row past the end)
 };
 
 template <typename T>
-__device__ __forceinline__ RowPiece row_piece(const T* xr, int64_t length, int csize, int crank) {
+__device__ __forceinline__ RowPart<T> row_part(const ReduceScaleArgs<T>& a, int64_t row, int csize, int crank) {
   constexpr int V = vec16<T>();
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(xr);
-  const int64_t h = static_cast<int64_t>((addr % 16) / sizeof(T));  // elements of the first unit before the row
-  const int64_t units = (h + length + V - 1) / V;
-  const int64_t per = (units + csize - 1) / csize;
-  const int64_t u0 = min64(units, crank * per);
-  RowPiece pc;
-  pc.src = reinterpret_cast<const uint4*>(addr - addr % 16) + u0;
-  pc.e0 = u0 * V - h;
-  pc.n = static_cast<int>(min64(per, units - u0));
-  return pc;
+  const bool active = row < a.outer;
+  RowPart<T> p;
+  p.xr = a.x + (active ? row : 0) * a.x_so;
+  p.yr = a.y + (active ? row : 0) * a.y_so;
+  p.s = split_row<T, V>(p.xr, a.length);
+  const int per_cta = static_cast<int>((p.s.nvec + csize - 1) / csize);
+  const int v0 = crank * per_cta;
+  p.mine = active ? max(0, min(per_cta, static_cast<int>(p.s.nvec) - v0)) : 0;
+  p.body = static_cast<int>(p.s.head) + v0 * V;
+  return p;
 }
 
-// Host-chosen shape of the pipeline (plan_rows_pipeline).
-struct RowsPipeline {
-  int rows;         // G: rows per work item (1 when a cluster shares each row)
-  int chunks;       // R: chunks per row piece
-  int chunk_units;  // 16-byte units of one row's part of a chunk
-  int slots;        // M: chunks the ring holds (M > R)
-};
-
-// Work item j of a block is rows [G * (first + j * step), +G). Its row pieces arrive as
-// chunks c = j * R + r, in ring slot c % M; thread t of a row's TPR threads copies, and
-// later reads, units t, t + TPR, ... of each chunk, so it waits only for its own copies.
-// The ring starts full (M chunks in flight) and each item's R slots are refilled, M
-// chunks ahead, once every thread has read them.
-template <typename T, typename Op, int BLOCK, int MINB>
-__global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_pipelined_kernel(ReduceScaleArgs<T> a, RowsPipeline p) {
-  using A = acc_t<T>;
-  constexpr int V = vec16<T>();
-  extern __shared__ uint4 ring[];
-  __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per item
-  __shared__ A cta_part[2];
-  const int tpr = BLOCK / p.rows;
-  const int t = threadIdx.x % tpr, group = threadIdx.x / tpr;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int warps_per_row = tpr / 32;
-  int csize = 1, crank = 0;
-#ifdef NORMSCAN_CLUSTERS
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  csize = static_cast<int>(cluster.num_blocks());
-  crank = static_cast<int>(cluster.block_rank());
-#endif
-  const int64_t items = (a.outer + p.rows - 1) / p.rows;
-  const int64_t first = blockIdx.x / csize, step = gridDim.x / csize;
-  uint4* const mine = ring + static_cast<int64_t>(group) * p.chunk_units;  // + slot * G * chunk_units
-  const int64_t slot_units = static_cast<int64_t>(p.rows) * p.chunk_units;
-
-  // Copy chunk c of this block's sequence into its slot (an empty group past the end).
-  auto issue = [&](int64_t c) {
-    const int64_t item = first + (c / p.chunks) * step;
-    const int64_t row = item * p.rows + group;
-    if (item < items && row < a.outer) {
-      const RowPiece pc = row_piece(a.x + row * a.x_so, a.length, csize, crank);
-      const int k0 = static_cast<int>(c % p.chunks) * p.chunk_units;
-      uint4* dst = mine + (c % p.slots) * slot_units;
-      for (int q = t; q < p.chunk_units && k0 + q < pc.n; q += tpr) cp_async16(dst + q, pc.src + k0 + q);
-    }
-    cp_async_commit();
-  };
-  for (int c = 0; c < p.slots; ++c) issue(c);
-
-  int parity = 0;
-  for (int64_t j = 0, item = first; item < items; ++j, item += step, parity ^= 1) {
-    const int64_t row = item * p.rows + group;
-    const bool active = row < a.outer;
-    const RowPiece pc = active ? row_piece(a.x + row * a.x_so, a.length, csize, crank) : RowPiece{nullptr, 0, 0};
-    cp_async_wait_pending(p.slots - p.chunks);  // this item's chunks are in
-
-    A sum = A(0);
-    for (int r = 0; r < p.chunks; ++r) {
-      const uint4* src = mine + ((j * p.chunks + r) % p.slots) * slot_units;
-      const int k0 = r * p.chunk_units;
-      for (int q = t; q < p.chunk_units && k0 + q < pc.n; q += tpr) {
-        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + q);
-        const int64_t e = pc.e0 + static_cast<int64_t>(k0 + q) * V;
-        if (e >= 0 && e + V <= a.length) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v.v[i]));
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i)
-            if (e + i >= 0 && e + i < a.length) sum += Op::map(Convert<T>::to_acc(v.v[i]));
-        }
-      }
-    }
-    sum = warp_reduce<SumOp>(sum);
-    if (lane == 0) warp_part[parity][warp] = sum;
-    __syncthreads();
-    sum = A(0);
-    for (int i = 0; i < warps_per_row; ++i) sum += warp_part[parity][group * warps_per_row + i];
-#ifdef NORMSCAN_CLUSTERS
-    if (csize > 1) {
-      // One partial per block crosses the cluster; every warp sums them in rank order.
-      if (threadIdx.x == 0) cta_part[parity] = sum;
-      cluster.sync();
-      A c = A(0);
-      if (lane < csize) c = *cluster.map_shared_rank(&cta_part[parity], lane);
-      sum = warp_reduce<SumOp>(c);
-    }
-#endif
-    const A scale = Op::scale(sum, a.length, a.eps);
-    T* yr = a.y + (active ? row : 0) * a.y_so;
-    // x and y rows share their alignment (the launcher checks), so whole units of x are
-    // whole units of y; the weight is read in vectors when it is aligned the same way.
-    const bool w_vec = a.w != nullptr && (reinterpret_cast<uintptr_t>(a.w) + pc.e0 * sizeof(T)) % 16 == 0;
-    for (int r = 0; r < p.chunks; ++r) {
-      const uint4* src = mine + ((j * p.chunks + r) % p.slots) * slot_units;
-      const int k0 = r * p.chunk_units;
-      for (int q = t; q < p.chunk_units && k0 + q < pc.n; q += tpr) {
-        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + q);
-        const int64_t e = pc.e0 + static_cast<int64_t>(k0 + q) * V;
-        if (e >= 0 && e + V <= a.length) {
-          Vec<T, V> out;
-          if (w_vec) {
-            const Vec<T, V> wv = load_vec<T, V>(a.w + e);
-#pragma unroll
-            for (int i = 0; i < V; ++i)
-              out.v[i] = Convert<T>::from_acc(Convert<T>::to_acc(v.v[i]) * scale * Convert<T>::to_acc(wv.v[i]));
-          } else {
-#pragma unroll
-            for (int i = 0; i < V; ++i) out.v[i] = scale_one(v.v[i], scale, a.w, e + i);
-          }
-          store_vec<T, V>(yr + e, out);
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i)
-            if (e + i >= 0 && e + i < a.length) yr[e + i] = scale_one(v.v[i], scale, a.w, e + i);
-        }
-      }
-    }
-    __syncthreads();  // every read of this item's slots is done: refill them
-    for (int r = 0; r < p.chunks; ++r) issue(j * p.chunks + p.slots + r);
-  }
-#ifdef NORMSCAN_CLUSTERS
-  // No block may leave while another can still read its shared memory.
-  if (csize > 1) cluster.sync();
-#endif
-}
-
-// ---------------------------------------------------------------- rows, in registers
 // TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
 // (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
 // row's aligned body; thread 0 of rank 0 also reads the unaligned head, the last thread of
 // the last rank the tail (a few elements, read twice rather than held). Capacity:
-// C * TPR * NV whole vectors.
+// C * TPR * NV whole vectors. The vectors arrive through shared memory: while one row is
+// reduced, scaled and stored, the thread's vectors of the block's next row are already on
+// their way (cp.async) into its own NV slots (slot k of thread i at ring[k * BLOCK + i]).
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
 __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
@@ -257,6 +117,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
   constexpr int GROUPS = BLOCK / TPR;
   constexpr int WARPS_PER_ROW = TPR / 32;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
+  extern __shared__ uint4 ring[];
   __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
   __shared__ A cta_part[2];
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
@@ -270,41 +131,44 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #endif
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
+  auto prefetch = [&](int64_t base) {
+    const RowPart<T> p = row_part(a, base + group, csize, crank);
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k * TPR + t < p.mine) cp_async16(&ring[k * BLOCK + threadIdx.x], p.xr + p.body + (k * TPR + t) * V);
+    cp_async_commit();
+  };
+  prefetch(first);
   int parity = 0;
   for (int64_t base = first; base < a.outer; base += step, parity ^= 1) {
     const int64_t row = base + group;
     const bool active = row < a.outer;
-    const T* xr = a.x + (active ? row : 0) * a.x_so;
-    T* yr = a.y + (active ? row : 0) * a.y_so;
-    const RowSplit s = split_row<T, V>(xr, a.length);
-    // In-row offsets fit 32 bits: a row held in registers is at most a few MB.
-    const int per_cta = static_cast<int>((s.nvec + csize - 1) / csize);
-    const int v0 = crank * per_cta;
-    const int mine = active ? max(0, min(per_cta, static_cast<int>(s.nvec) - v0)) : 0;
-    const int body = static_cast<int>(s.head) + v0 * V;  // first element of this block's body
+    const RowPart<T> p = row_part(a, row, csize, crank);
     // Edge elements: the head goes to thread 0 of rank 0, the tail to the last thread of
     // the last rank; both lie outside the aligned body.
     const bool holds_head = active && t == 0 && crank == 0;
     const bool holds_tail = active && t == TPR - 1 && crank == csize - 1;
-    const int edge_start = holds_head ? 0 : static_cast<int>(s.head + s.nvec * V);
-    const int edge_count = holds_head ? static_cast<int>(s.head) : (holds_tail ? static_cast<int>(s.tail) : 0);
+    const int edge_start = holds_head ? 0 : static_cast<int>(p.s.head + p.s.nvec * V);
+    const int edge_count = holds_head ? static_cast<int>(p.s.head) : (holds_tail ? static_cast<int>(p.s.tail) : 0);
 
+    cp_async_wait_pending(0);
     Vec<T, V> buf[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k)
-      if (k * TPR + t < mine) buf[k] = load_vec<T, V>(xr + body + (k * TPR + t) * V);
+      if (k * TPR + t < p.mine) buf[k] = *reinterpret_cast<const Vec<T, V>*>(&ring[k * BLOCK + threadIdx.x]);
 
     A sum = A(0);
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      if (k * TPR + t < mine) {
+      if (k * TPR + t < p.mine) {
 #pragma unroll
         for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
       }
     }
+    prefetch(base + step);  // the sum has consumed every value read from the slots
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) sum += Op::map(Convert<T>::to_acc(xr[edge_start + i]));
+      if (i < edge_count) sum += Op::map(Convert<T>::to_acc(p.xr[edge_start + i]));
 
     sum = warp_reduce<SumOp>(sum);
     if (WARPS_PER_ROW > 1) {
@@ -325,11 +189,11 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     }
 #endif
     const A scale = Op::scale(sum, a.length, a.eps);
-    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + body) % 16 == 0;
+    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + p.body) % 16 == 0;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      if (k * TPR + t < mine) {
-        const int l = body + (k * TPR + t) * V;
+      if (k * TPR + t < p.mine) {
+        const int l = p.body + (k * TPR + t) * V;
         Vec<T, V> out;
         if (w_vec) {
           const Vec<T, V> wv = load_vec<T, V>(a.w + l);
@@ -340,12 +204,12 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #pragma unroll
           for (int i = 0; i < V; ++i) out.v[i] = scale_one(buf[k].v[i], scale, a.w, l + i);
         }
-        store_vec<T, V>(yr + l, out);
+        store_vec<T, V>(p.yr + l, out);
       }
     }
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) yr[edge_start + i] = scale_one(xr[edge_start + i], scale, a.w, edge_start + i);
+      if (i < edge_count) p.yr[edge_start + i] = scale_one(p.xr[edge_start + i], scale, a.w, edge_start + i);
   }
 #ifdef NORMSCAN_CLUSTERS
   // No block may leave while another can still read its shared memory.
@@ -378,41 +242,75 @@ __global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArg
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
+// Whether the strided kernel fetches held values ahead through shared memory: only whole
+// 16-byte vectors can go by cp.async.
+template <typename T, bool IN_REGS, int VI>
+__host__ __device__ constexpr bool strided_prefetches() {
+  return IN_REGS && VI * sizeof(T) == 16;
+}
+
+
 // A block is BX threads along inner (coalesced) by BY threads along the reduced dim. Thread
 // tx takes CPT groups of VI adjacent positions along inner, groups BX * VI apart: VI > 1
 // reads them as one 16-byte vector (inner contiguous and aligned), CPT > 1 gives short
 // columns enough bytes in flight. Thread (tx, ty) takes positions l = ty + k * BY of its
 // columns: with IN_REGS it holds them in registers (k < ITEMS, length <= BY * ITEMS),
-// otherwise it reads them twice.
+// otherwise it reads them twice. Held 16-byte vectors arrive through shared memory: the
+// thread's vectors of the block's next tile are fetched (cp.async) into its own slots
+// while the current tile is reduced, scaled and stored.
 template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB>
 __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
   using VT = Vec<T, VI>;
   constexpr int HELD = IN_REGS ? ITEMS : 1;  // vectors a thread holds per group
   constexpr int TILE = BX * CPT * VI;        // positions along inner per tile
+  constexpr bool PREFETCH = strided_prefetches<T, IN_REGS, VI>();
+  constexpr int NT = BX * BY;
   __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
+  extern __shared__ uint4 ring[];  // PREFETCH: vector (c, k) of thread i at ring[(c * HELD + k) * NT + i]
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
   const int64_t tiles_inner = (a.inner + TILE - 1) / TILE;
   const int64_t ntiles = a.outer * tiles_inner;
   const int64_t count = a.length > ty ? (a.length - ty + BY - 1) / BY : 0;  // positions of this thread
   const int64_t x_step = BY * a.x_sl, y_step = BY * a.y_sl;
+  // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
+  auto column = [&](int64_t tile, int c) {
+    return a.x + (tile / tiles_inner) * a.x_so + ((tile % tiles_inner) * TILE + tx * VI + c * BX * VI) * a.x_si +
+           ty * a.x_sl;
+  };
+  auto in_inner = [&](int64_t tile, int c) { return (tile % tiles_inner) * TILE + tx * VI + c * BX * VI < a.inner; };
+  auto prefetch = [&](int64_t tile) {
+    if (tile < ntiles) {
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        if (!in_inner(tile, c)) continue;
+        const T* p = column(tile, c);
+#pragma unroll
+        for (int k = 0; k < HELD; ++k, p += x_step)
+          if (k < count) cp_async16(&ring[(c * HELD + k) * NT + tid], p);
+      }
+    }
+    cp_async_commit();
+  };
+  if (PREFETCH) prefetch(blockIdx.x);
   int parity = 0;
   for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, parity ^= 1) {
     const int64_t o = tile / tiles_inner;
     const int64_t i0 = (tile % tiles_inner) * TILE + tx * VI;
     VT vals[CPT][HELD];
     A sum[CPT][VI];
+    if (PREFETCH) cp_async_wait_pending(0);
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
 #pragma unroll
       for (int v = 0; v < VI; ++v) sum[c][v] = A(0);
-      const int64_t i = i0 + c * BX * VI;
-      if (IN_REGS && i < a.inner) {
-        // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
-        const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
+      if (IN_REGS && in_inner(tile, c)) {
+        const T* p = column(tile, c);
 #pragma unroll
         for (int k = 0; k < HELD; ++k, p += x_step)
-          if (k < count) vals[c][k] = *reinterpret_cast<const VT*>(p);
+          if (k < count)
+            vals[c][k] = PREFETCH ? *reinterpret_cast<const VT*>(&ring[(c * HELD + k) * NT + tid])
+                                  : *reinterpret_cast<const VT*>(p);
       }
     }
 #pragma unroll
@@ -436,6 +334,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
         }
       }
     }
+    if (PREFETCH) prefetch(tile + gridDim.x);  // the sums have consumed every value read from the slots
     if (BY > 1) {
 #pragma unroll
       for (int c = 0; c < CPT; ++c)
@@ -483,38 +382,9 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
 inline cudaError_t launch_rows_in_registers(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, BLOCK / TPR);
-  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, 0, stream,
-                                                                                 a);
-}
-
-constexpr int kPipeBlock = 512;
-
-// The pipeline's shape for rows of `row_bytes`, with `smem` bytes of ring per block; false
-// when a row needs more than the largest cluster can hold.
-inline bool plan_rows_pipeline(int64_t row_bytes, int max_cluster, int64_t smem, RowsPipeline* p, int* cluster) {
-  const int64_t units = ceil_div(row_bytes, 16) + 1;  // the most units a row's bytes touch
-  if (row_bytes <= NORMSCAN_PIPE_CHUNK) {
-    // Several whole rows per chunk, each held by one or more whole warps.
-    int g = 1;
-    while (2 * g <= kPipeBlock / 32 && 2 * g * row_bytes <= NORMSCAN_PIPE_CHUNK) g *= 2;
-    *cluster = 1;
-    p->rows = g;
-    p->chunks = 1;
-    p->chunk_units = static_cast<int>(units);
-  } else {
-    // The smallest cluster whose blocks hold at most NORMSCAN_PIPE_PIECE bytes of a row
-    // each (plus the edge unit of an unaligned row).
-    int c = 1;
-    while (c < max_cluster && ceil_div(row_bytes, c) > NORMSCAN_PIPE_PIECE) c *= 2;
-    if (ceil_div(row_bytes, c) > NORMSCAN_PIPE_PIECE) return false;
-    const int64_t piece = ceil_div(units, c);
-    *cluster = c;
-    p->rows = 1;
-    p->chunks = static_cast<int>(ceil_div(piece * 16, NORMSCAN_PIPE_CHUNK));
-    p->chunk_units = static_cast<int>(ceil_div(piece, p->chunks));
-  }
-  p->slots = static_cast<int>(smem / (16 * int64_t(p->rows) * p->chunk_units));
-  return p->slots > p->chunks;
+  constexpr size_t smem = size_t(BLOCK) * NV * 16;  // the prefetch slots
+  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, smem,
+                                                                                 stream, a);
 }
 
 template <typename T, typename Op>
@@ -523,22 +393,6 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   DeviceInfo d;
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
-#if NORMSCAN_ROWS_PIPELINE
-  if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
-    constexpr auto kernel = reduce_scale_rows_pipelined_kernel<T, Op, kPipeBlock, NORMSCAN_PIPE_MINB>;
-    int64_t fixed = 0;
-    err = static_smem(kernel, &fixed);
-    if (err != cudaSuccess) return err;
-    // The ring always takes the block's whole share, so residency is one figure per kernel.
-    const int64_t smem = smem_share(d, NORMSCAN_PIPE_MINB, fixed) / 16 * 16;
-    RowsPipeline p;
-    int cluster = 1;
-    if (plan_rows_pipeline(a.length * int64_t(sizeof(T)), d.major >= 9 ? 8 : 1, smem, &p, &cluster)) {
-      const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, p.rows);
-      return launch_persistent<kernel>(dim3(kPipeBlock), cluster, units, static_cast<size_t>(smem), stream, a, p);
-    }
-  }
-#endif
   const int64_t nvec = a.length / V;  // whole vectors in the worst-aligned row
   const int max_cluster = d.major >= 9 ? 8 : 1;
   // Vectors per thread in the 64-register configurations: fp64 math needs the room.
@@ -560,8 +414,9 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
 template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB>
 inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
   const int64_t tiles = a.outer * ceil_div(a.inner, BX * CPT * VI);
+  constexpr size_t smem = strided_prefetches<T, IN_REGS, VI>() ? size_t(BX) * BY * CPT * ITEMS * 16 : 0;
   return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, CPT, VI, MINB>>(
-      dim3(BX, BY), 1, tiles, 0, stream, a);
+      dim3(BX, BY), 1, tiles, smem, stream, a);
 }
 
 // Whether every (outer, l) line of x and y along inner starts 16-byte aligned and holds
