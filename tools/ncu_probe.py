@@ -3,8 +3,8 @@
     python tools/ncu_probe.py OUTDIR
 
 Runs each case once under ncu (Nsight Compute) and prints, per kernel, the DRAM bytes read
-and written and their ratio to x's size: 1.00 read and 1.00 written is one pass. The
-channel RMSNorm kernel also gets ncu's warp-stall and memory sections (OUTDIR/ncu-detail.txt).
+and written and their ratio to x's size: 1.00 read and 1.00 written is one pass. Each case
+also gets ncu's throughput, warp-stall and occupancy sections (OUTDIR/ncu-detail.txt).
 """
 
 import csv
@@ -61,10 +61,12 @@ def main(out: Path) -> int:
         for kernel, m in per_kernel.items():
             rows.append((name, kernel, m.get("dram__bytes_read.sum", 0) / (4 * n),
                          m.get("dram__bytes_write.sum", 0) / (4 * n), m.get("gpu__time_duration.sum", 0) / 1e6))
-    detail = ncu(["--section", "SpeedOfLight", "--section", "MemoryWorkloadAnalysis", "--section",
-                  "WarpStateStats", "--section", "Occupancy", "--section", "LaunchStats"],
-                 RUN.format(shape=(16, 64, 512, 512), call="normscan.rms_norm(x, 1)"))
-    (out / "ncu-detail.txt").write_text(detail.stdout + detail.stderr[-2000:])
+    with (out / "ncu-detail.txt").open("w") as f:
+        for name, (call, shape) in CASES.items():
+            detail = ncu(["--section", "SpeedOfLight", "--section", "MemoryWorkloadAnalysis", "--section",
+                          "WarpStateStats", "--section", "Occupancy", "--section", "LaunchStats"],
+                         RUN.format(shape=shape, call=call))
+            f.write(f"==== {name}\n{detail.stdout}{detail.stderr[-2000:]}\n")
     print(f"{'case':32s} {'kernel':60s} {'read/x':>7s} {'write/x':>8s} {'ms':>7s}")
     for name, kernel, rd, wr, ms in rows:
         print(f"{name:32s} {kernel:60s} {rd:7.3f} {wr:8.3f} {ms:7.3f}")

@@ -5,7 +5,9 @@
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
 
 Every variant builds in its own cache folder, all at once; then each is timed in its own
-process (median of CUDA events over rotating inputs), with the device copy rate alongside.
+process (median of CUDA events over rotating inputs), with the device copy rate alongside,
+in NORMSCAN_TUNE_ROUNDS rounds (default 3) of fresh allocations: the rounds' spread is the
+noise any difference between variants must exceed.
 """
 
 import json
@@ -33,17 +35,19 @@ cases = {
     "rms dim1 112x3x512x512": (lambda x, w: normscan.rms_norm(x, 1), (112, 3, 512, 512), f32, 4),
     "rms dim1 16x256x128x128": (lambda x, w: normscan.rms_norm(x, 1), (16, 256, 128, 128), f32, 4),
 }
-only = sys.argv[1:]
+rounds, only = int(sys.argv[1]), sys.argv[2:]
 out = {"copy_gbs": copy_bandwidth(20)}
 for name, (fn, shape, dtype, copies) in cases.items():
     if only and not any(o in name for o in only):
         continue
-    xs = [torch.rand(shape, device="cuda", dtype=dtype) for _ in range(copies)]
-    w = torch.rand(shape[-1], device="cuda", dtype=dtype) + 0.5
-    ms = time_ms(fn, xs, w, 20)
-    out[name] = [ms, 2 * xs[0].numel() * xs[0].element_size() / ms / 1e6]
-    del xs
-    torch.cuda.empty_cache()
+    out[name] = []
+    for _ in range(rounds):  # fresh allocations each round: the spread between rounds is the noise
+        xs = [torch.rand(shape, device="cuda", dtype=dtype) for _ in range(copies)]
+        w = torch.rand(shape[-1], device="cuda", dtype=dtype) + 0.5
+        ms = time_ms(fn, xs, w, 20)
+        out[name].append([ms, 2 * xs[0].numel() * xs[0].element_size() / ms / 1e6])
+        del xs
+        torch.cuda.empty_cache()
 print("RESULT " + json.dumps(out))
 """
 
@@ -66,7 +70,8 @@ def main(variants: list[str], build_only: bool = False) -> int:
     rows = []
     for flags, env in zip(variants, envs):
         only = os.environ.get("NORMSCAN_TUNE_CASES", "").split()
-        run = subprocess.run([sys.executable, "-c", TIMING, *only], env=env, capture_output=True, text=True)
+        rounds = os.environ.get("NORMSCAN_TUNE_ROUNDS", "3")
+        run = subprocess.run([sys.executable, "-c", TIMING, rounds, *only], env=env, capture_output=True, text=True)
         line = next((l for l in run.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
             print(run.stdout[-3000:], run.stderr[-3000:])
@@ -76,7 +81,10 @@ def main(variants: list[str], build_only: bool = False) -> int:
         copy = res.pop("copy_gbs")
         print(f"{flags} (copy {copy:.0f} GB/s)")
         for k, v in res.items():
-            print(f"    {k:28s} {v[0]:8.3f} ms {100 * v[1] / copy:6.1f}% of copy")
+            times = sorted(r[0] for r in v)
+            best = max(r[1] for r in v)
+            print(f"    {k:28s} median {times[len(times) // 2]:7.3f} ms  rounds {' '.join(f'{t:.3f}' for t in times)}"
+                  f"  best {100 * best / copy:5.1f}% of copy")
     return 0
 
 

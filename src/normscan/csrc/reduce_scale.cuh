@@ -77,39 +77,11 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
 }
 
 // ---------------------------------------------------------------- rows, in registers
-// This block's part of one row: with a cluster of C blocks, rank r holds the r-th of C
-// equal shares of the row's aligned body. In-row offsets fit 32 bits: a row held in
-// registers is at most a few MB.
-template <typename T> struct RowPart {
-  const T* xr;
-  T* yr;
-  RowSplit s;
-  int body;  // first element of this block's share of the body
-  int mine;  // whole vectors in it (0 for a row past the end)
-};
-
-template <typename T>
-__device__ __forceinline__ RowPart<T> row_part(const ReduceScaleArgs<T>& a, int64_t row, int csize, int crank) {
-  constexpr int V = vec16<T>();
-  const bool active = row < a.outer;
-  RowPart<T> p;
-  p.xr = a.x + (active ? row : 0) * a.x_so;
-  p.yr = a.y + (active ? row : 0) * a.y_so;
-  p.s = split_row<T, V>(p.xr, a.length);
-  const int per_cta = static_cast<int>((p.s.nvec + csize - 1) / csize);
-  const int v0 = crank * per_cta;
-  p.mine = active ? max(0, min(per_cta, static_cast<int>(p.s.nvec) - v0)) : 0;
-  p.body = static_cast<int>(p.s.head) + v0 * V;
-  return p;
-}
-
 // TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
 // (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
 // row's aligned body; thread 0 of rank 0 also reads the unaligned head, the last thread of
 // the last rank the tail (a few elements, read twice rather than held). Capacity:
-// C * TPR * NV whole vectors. The vectors arrive through shared memory: while one row is
-// reduced, scaled and stored, the thread's vectors of the block's next row are already on
-// their way (cp.async) into its own NV slots (slot k of thread i at ring[k * BLOCK + i]).
+// C * TPR * NV whole vectors.
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
 __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
@@ -117,7 +89,6 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
   constexpr int GROUPS = BLOCK / TPR;
   constexpr int WARPS_PER_ROW = TPR / 32;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
-  extern __shared__ uint4 ring[];
   __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
   __shared__ A cta_part[2];
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
@@ -131,44 +102,47 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #endif
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
-  auto prefetch = [&](int64_t base) {
-    const RowPart<T> p = row_part(a, base + group, csize, crank);
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (k * TPR + t < p.mine) cp_async16(&ring[k * BLOCK + threadIdx.x], p.xr + p.body + (k * TPR + t) * V);
-    cp_async_commit();
-  };
-  prefetch(first);
   int parity = 0;
   for (int64_t base = first; base < a.outer; base += step, parity ^= 1) {
     const int64_t row = base + group;
     const bool active = row < a.outer;
-    const RowPart<T> p = row_part(a, row, csize, crank);
+    const T* xr = a.x + (active ? row : 0) * a.x_so;
+    T* yr = a.y + (active ? row : 0) * a.y_so;
+    const RowSplit s = split_row<T, V>(xr, a.length);
+    // In-row offsets fit 32 bits: a row held in registers is at most a few MB.
+    const int per_cta = static_cast<int>((s.nvec + csize - 1) / csize);
+    const int v0 = crank * per_cta;
+    const int mine = active ? max(0, min(per_cta, static_cast<int>(s.nvec) - v0)) : 0;
+    const int body = static_cast<int>(s.head) + v0 * V;  // first element of this block's body
     // Edge elements: the head goes to thread 0 of rank 0, the tail to the last thread of
     // the last rank; both lie outside the aligned body.
     const bool holds_head = active && t == 0 && crank == 0;
     const bool holds_tail = active && t == TPR - 1 && crank == csize - 1;
-    const int edge_start = holds_head ? 0 : static_cast<int>(p.s.head + p.s.nvec * V);
-    const int edge_count = holds_head ? static_cast<int>(p.s.head) : (holds_tail ? static_cast<int>(p.s.tail) : 0);
+    const int edge_start = holds_head ? 0 : static_cast<int>(s.head + s.nvec * V);
+    const int edge_count = holds_head ? static_cast<int>(s.head) : (holds_tail ? static_cast<int>(s.tail) : 0);
 
-    cp_async_wait_pending(0);
+    // The edge elements are loaded with the body and held: a load after the sum, or again
+    // for the store, would put two dependent round trips on every row's critical path.
     Vec<T, V> buf[NV];
+    Vec<T, V> edge;  // packed: 16-bit edges as loose registers spill
 #pragma unroll
     for (int k = 0; k < NV; ++k)
-      if (k * TPR + t < p.mine) buf[k] = *reinterpret_cast<const Vec<T, V>*>(&ring[k * BLOCK + threadIdx.x]);
+      if (k * TPR + t < mine) buf[k] = load_vec<T, V>(xr + body + (k * TPR + t) * V);
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (i < edge_count) edge.v[i] = xr[edge_start + i];
 
     A sum = A(0);
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      if (k * TPR + t < p.mine) {
+      if (k * TPR + t < mine) {
 #pragma unroll
         for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
       }
     }
-    prefetch(base + step);  // the sum has consumed every value read from the slots
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) sum += Op::map(Convert<T>::to_acc(p.xr[edge_start + i]));
+      if (i < edge_count) sum += Op::map(Convert<T>::to_acc(edge.v[i]));
 
     sum = warp_reduce<SumOp>(sum);
     if (WARPS_PER_ROW > 1) {
@@ -189,11 +163,11 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     }
 #endif
     const A scale = Op::scale(sum, a.length, a.eps);
-    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + p.body) % 16 == 0;
+    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + body) % 16 == 0;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      if (k * TPR + t < p.mine) {
-        const int l = p.body + (k * TPR + t) * V;
+      if (k * TPR + t < mine) {
+        const int l = body + (k * TPR + t) * V;
         Vec<T, V> out;
         if (w_vec) {
           const Vec<T, V> wv = load_vec<T, V>(a.w + l);
@@ -204,12 +178,12 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #pragma unroll
           for (int i = 0; i < V; ++i) out.v[i] = scale_one(buf[k].v[i], scale, a.w, l + i);
         }
-        store_vec<T, V>(p.yr + l, out);
+        store_vec<T, V>(yr + l, out);
       }
     }
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) p.yr[edge_start + i] = scale_one(p.xr[edge_start + i], scale, a.w, edge_start + i);
+      if (i < edge_count) yr[edge_start + i] = scale_one(edge.v[i], scale, a.w, edge_start + i);
   }
 #ifdef NORMSCAN_CLUSTERS
   // No block may leave while another can still read its shared memory.
@@ -382,9 +356,8 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
 inline cudaError_t launch_rows_in_registers(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, BLOCK / TPR);
-  constexpr size_t smem = size_t(BLOCK) * NV * 16;  // the prefetch slots
-  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, smem,
-                                                                                 stream, a);
+  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, 0, stream,
+                                                                                 a);
 }
 
 template <typename T, typename Op>
@@ -395,8 +368,9 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   if (err != cudaSuccess) return err;
   const int64_t nvec = a.length / V;  // whole vectors in the worst-aligned row
   const int max_cluster = d.major >= 9 ? 8 : 1;
-  // Vectors per thread in the 64-register configurations: fp64 math needs the room.
-  constexpr int NV = sizeof(T) > 4 ? 4 : 8;
+  // Vectors per thread in the 64-register configurations: 32 elements of 16 or 32 bits,
+  // 8 doubles (fp64 math needs the room).
+  constexpr int NV = sizeof(T) == 4 ? 8 : 4;
   if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
     if (nvec <= 32 * 4) return launch_rows_in_registers<T, Op, 256, 32, 4, 4>(a, 1, stream);
     if (nvec <= 128 * 4) return launch_rows_in_registers<T, Op, 256, 128, 4, 4>(a, 1, stream);

@@ -25,6 +25,9 @@
 #ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
 #define NORMSCAN_SCAN_VECS 2
 #endif
+#ifndef NORMSCAN_SCAN_RING  // 1: aligned rows stream through the shared-memory ring
+#define NORMSCAN_SCAN_RING 1
+#endif
 #ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
 #define NORMSCAN_SCAN_MINB 2
 #endif
@@ -472,6 +475,9 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
           <<<static_cast<unsigned>(tiles), kScanBlock, 0, stream>>>(a, st, tiles_per_row);
       return cudaGetLastError();
     }
+    if (!NORMSCAN_SCAN_RING && rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer))
+      return launch_persistent<scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs, false>>(dim3(kScanBlock), 1, a.outer,
+                                                                                          0, stream, a, 0);
     if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
       constexpr auto kernel = scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs, true>;
       int64_t fixed = 0;
