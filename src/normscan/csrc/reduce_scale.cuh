@@ -22,6 +22,9 @@
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
 #define NORMSCAN_ROWS_CLUSTER_BLOCK 512
 #endif
+#ifndef NORMSCAN_ROWS_SMEM_SHARE  // 1: blocks of a long row's cluster hold half their share in shared memory
+#define NORMSCAN_ROWS_SMEM_SHARE 1
+#endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
 #endif
@@ -79,10 +82,12 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
 // ---------------------------------------------------------------- rows, in registers
 // TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
 // (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
-// row's aligned body; thread 0 of rank 0 also reads the unaligned head, the last thread of
-// the last rank the tail (a few elements, read twice rather than held). Capacity:
-// C * TPR * NV whole vectors.
-template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
+// row's aligned body in registers and SNV more in its own slots of shared memory (filled by
+// cp.async, slot k of thread i at held[k * BLOCK + i]); thread 0 of rank 0 also holds the
+// unaligned head, the last thread of the last rank the tail. Capacity: C * TPR * (NV + SNV)
+// whole vectors. Shared memory halves the cluster a long row needs, and clusters of 2 fill
+// every block slot of an H100, where clusters of 4 left 16 of 264 empty.
+template <typename T, typename Op, int BLOCK, int TPR, int NV, int SNV, int MINB>
 __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
   constexpr int V = vec16<T>();
@@ -91,6 +96,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
   __shared__ A cta_part[2];
+  extern __shared__ uint4 held[];
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int csize = 1, crank = 0;
@@ -125,9 +131,15 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     // for the store, would put two dependent round trips on every row's critical path.
     Vec<T, V> buf[NV];
     Vec<T, V> edge;  // packed: 16-bit edges as loose registers spill
+    // The slots were last read by this thread's stores of the previous row, which needed the
+    // values: those reads are done before these copies start.
+    const T* mine_x = xr + body + t * V;
+#pragma unroll
+    for (int k = 0; k < SNV; ++k)
+      if ((NV + k) * TPR + t < mine) cp_async16(&held[k * BLOCK + threadIdx.x], mine_x + (NV + k) * TPR * V);
 #pragma unroll
     for (int k = 0; k < NV; ++k)
-      if (k * TPR + t < mine) buf[k] = load_vec<T, V>(xr + body + (k * TPR + t) * V);
+      if (k * TPR + t < mine) buf[k] = load_vec<T, V>(mine_x + k * TPR * V);
 #pragma unroll
     for (int i = 0; i < V; ++i)
       if (i < edge_count) edge.v[i] = xr[edge_start + i];
@@ -138,6 +150,18 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
       if (k * TPR + t < mine) {
 #pragma unroll
         for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
+      }
+    }
+    if (SNV > 0) {
+      cp_async_commit();
+      cp_async_wait_pending(0);
+#pragma unroll
+      for (int k = 0; k < SNV; ++k) {
+        if ((NV + k) * TPR + t < mine) {
+          const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(&held[k * BLOCK + threadIdx.x]);
+#pragma unroll
+          for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v.v[i]));
+        }
       }
     }
 #pragma unroll
@@ -164,23 +188,26 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #endif
     const A scale = Op::scale(sum, a.length, a.eps);
     const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + body) % 16 == 0;
+    auto scale_store = [&](const Vec<T, V>& x, int l) {
+      Vec<T, V> out;
+      if (w_vec) {
+        const Vec<T, V> wv = load_vec<T, V>(a.w + l);
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      if (k * TPR + t < mine) {
-        const int l = body + (k * TPR + t) * V;
-        Vec<T, V> out;
-        if (w_vec) {
-          const Vec<T, V> wv = load_vec<T, V>(a.w + l);
+        for (int i = 0; i < V; ++i)
+          out.v[i] = Convert<T>::from_acc(Convert<T>::to_acc(x.v[i]) * scale * Convert<T>::to_acc(wv.v[i]));
+      } else {
 #pragma unroll
-          for (int i = 0; i < V; ++i)
-            out.v[i] = Convert<T>::from_acc(Convert<T>::to_acc(buf[k].v[i]) * scale * Convert<T>::to_acc(wv.v[i]));
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i) out.v[i] = scale_one(buf[k].v[i], scale, a.w, l + i);
-        }
-        store_vec<T, V>(yr + l, out);
+        for (int i = 0; i < V; ++i) out.v[i] = scale_one(x.v[i], scale, a.w, l + i);
       }
-    }
+      store_vec<T, V>(yr + l, out);
+    };
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k * TPR + t < mine) scale_store(buf[k], body + (k * TPR + t) * V);
+#pragma unroll
+    for (int k = 0; k < SNV; ++k)
+      if ((NV + k) * TPR + t < mine)
+        scale_store(*reinterpret_cast<const Vec<T, V>*>(&held[k * BLOCK + threadIdx.x]), body + ((NV + k) * TPR + t) * V);
 #pragma unroll
     for (int i = 0; i < V; ++i)
       if (i < edge_count) yr[edge_start + i] = scale_one(edge.v[i], scale, a.w, edge_start + i);
@@ -353,11 +380,12 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
 }
 
 // ---------------------------------------------------------------- launchers
-template <typename T, typename Op, int BLOCK, int TPR, int NV, int MINB>
-inline cudaError_t launch_rows_in_registers(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
+template <typename T, typename Op, int BLOCK, int TPR, int NV, int SNV, int MINB>
+inline cudaError_t launch_rows(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, BLOCK / TPR);
-  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, MINB>>(dim3(BLOCK), cluster, units, 0, stream,
-                                                                                 a);
+  constexpr size_t smem = size_t(BLOCK) * SNV * 16;
+  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, SNV, MINB>>(dim3(BLOCK), cluster, units, smem,
+                                                                                      stream, a);
 }
 
 template <typename T, typename Op>
@@ -372,15 +400,18 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   // 8 doubles (fp64 math needs the room).
   constexpr int NV = sizeof(T) == 4 ? 8 : 4;
   if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
-    if (nvec <= 32 * 4) return launch_rows_in_registers<T, Op, 256, 32, 4, 4>(a, 1, stream);
-    if (nvec <= 128 * 4) return launch_rows_in_registers<T, Op, 256, 128, 4, 4>(a, 1, stream);
-    if (nvec <= 512 * 4) return launch_rows_in_registers<T, Op, 512, 512, 4, 2>(a, 1, stream);
+    if (nvec <= 32 * 4) return launch_rows<T, Op, 256, 32, 4, 0, 4>(a, 1, stream);
+    if (nvec <= 128 * 4) return launch_rows<T, Op, 256, 128, 4, 0, 4>(a, 1, stream);
+    if (nvec <= 512 * 4) return launch_rows<T, Op, 512, 512, 4, 0, 2>(a, 1, stream);
     constexpr int CB = NORMSCAN_ROWS_CLUSTER_BLOCK;
-    if (nvec <= int64_t(CB) * NV * max_cluster)
-      return launch_rows_in_registers<T, Op, CB, CB, NV, 1024 / CB>(a, static_cast<int>(ceil_div(nvec, CB * NV)), stream);
-    if (nvec <= int64_t(1024) * NV * max_cluster)
-      return launch_rows_in_registers<T, Op, 1024, 1024, NV, 1>(a, static_cast<int>(ceil_div(nvec, 1024 * NV)),
-                                                                 stream);
+    if (nvec <= int64_t(CB) * NV) return launch_rows<T, Op, CB, CB, NV, 0, 1024 / CB>(a, 1, stream);
+    // Longer rows: a cluster whose blocks hold as much again in shared memory (fp32 keeps
+    // 5 vectors in registers and 11 in shared memory: 8 and 8, or 6 and 10, spill).
+    constexpr int RNV = NORMSCAN_ROWS_SMEM_SHARE ? (sizeof(T) == 4 ? 5 : NV) : NV;
+    constexpr int SNV = NORMSCAN_ROWS_SMEM_SHARE ? 2 * NV - RNV : 0;
+    constexpr int64_t per_block = int64_t(CB) * (RNV + SNV);
+    if (nvec <= per_block * max_cluster)
+      return launch_rows<T, Op, CB, CB, RNV, SNV, 1024 / CB>(a, static_cast<int>(ceil_div(nvec, per_block)), stream);
   }
   return launch_persistent<reduce_scale_reread_kernel<T, Op>>(dim3(512), 1, a.outer, 0, stream, a);
 }

@@ -6,10 +6,8 @@
 // in fp32 it measured 2.7x PyTorch's error on 65539-long rows; in fp64 it is one final rounding.
 //
 // Kernels, by layout:
-//   rows      (inner == 1, many rows): one block per row walks it in chunks: a serial scan
-//             per thread, a warp-shuffle scan, a block scan, a carry. When rows allow 16-byte
-//             vectors, a ring of shared-memory chunks that cp.async fills keeps the next
-//             chunks (of this row or the block's next rows) in flight meanwhile.
+//   rows      (inner == 1, many rows): one block per row walks it in register-held chunks:
+//             a serial scan per thread, a warp-shuffle scan, a block scan, a carry.
 //   lookback  (inner == 1, few long rows): the row is cut into tiles spread over the whole
 //             GPU, chained by a single-pass decoupled look-back.
 //   strided   (inner > 1): threads along inner (coalesced), each scanning a run of its
@@ -24,9 +22,6 @@
 #endif
 #ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
 #define NORMSCAN_SCAN_VECS 2
-#endif
-#ifndef NORMSCAN_SCAN_RING  // 1: aligned rows stream through the shared-memory ring
-#define NORMSCAN_SCAN_RING 1
 #endif
 #ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
 #define NORMSCAN_SCAN_MINB 2
@@ -172,23 +167,6 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
     for (int k = 0; k < NV; ++k)
       if (index(first, k) < end) buf[k] = r.load(index(first, k));
   }
-  // The same vectors through shared memory: `copy` starts their transfer into `slot` (VECS
-  // vectors in scan order); `load_copied` reads them back once they landed. A thread
-  // reads only what it copied itself.
-  __device__ __forceinline__ static void copy(const ScanRow<T, V>& r, int64_t first, int64_t end, uint4* slot) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (index(first, k) < end) cp_async16(slot + (index(first, k) - first), r.x + r.vec_start(index(first, k)));
-  }
-  __device__ __forceinline__ void load_copied(const ScanRow<T, V>& r, int64_t first, int64_t end, const uint4* slot) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      if (index(first, k) < end) {
-        buf[k] = *reinterpret_cast<const Vec<T, V>*>(slot + (index(first, k) - first));
-        if (r.reverse) ScanRow<T, V>::flip(&buf[k]);
-      }
-    }
-  }
   // Warp-level scans of the held vectors (invalid ones count as the identity).
   __device__ __forceinline__ void scan_warp(int64_t first, int64_t end) {
     const int lane = threadIdx.x % 32;
@@ -227,65 +205,22 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
 };
 
 // ---------------------------------------------------------------- rows
-// The chunks a block scans, in order: rows blockIdx.x, + gridDim.x, ..., each cut into
-// chunks of VECS body vectors (rows with no whole vector have none).
-template <typename T, int V, int64_t VECS> struct ChunkCursor {
-  int64_t row, first, nvec;
-  __device__ __forceinline__ explicit ChunkCursor(const ScanArgs<T>& a) : row(blockIdx.x), first(0), nvec(0) {
-    if (row < a.outer) nvec = split_row<T, V>(a.x + row * a.x_so, a.length).nvec;
-    skip_empty(a);
-  }
-  __device__ __forceinline__ void next(const ScanArgs<T>& a) {
-    first += VECS;
-    skip_empty(a);
-  }
-  __device__ __forceinline__ void skip_empty(const ScanArgs<T>& a) {
-    while (row < a.outer && first >= nvec) {
-      row += gridDim.x;
-      first = 0;
-      nvec = row < a.outer ? split_row<T, V>(a.x + row * a.x_so, a.length).nvec : 0;
-    }
-  }
-};
-
-// PIPE (16-byte vectors): chunks go through a ring of `slots` chunk-sized slots in dynamic
-// shared memory, filled `slots` chunks ahead by a ChunkCursor. Otherwise each chunk is
-// loaded into registers when its turn comes.
-template <typename T, typename Op, int V, int BLOCK, int NV, bool PIPE>
-__global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_MINB) scan_rows_kernel(ScanArgs<T> a, int slots) {
+template <typename T, typename Op, int V, int BLOCK, int NV>
+__global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_MINB) scan_rows_kernel(ScanArgs<T> a) {
   using A = scan_acc_t<T>;
   using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
-  extern __shared__ uint4 ring[];
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
-  ChunkCursor<T, V, Chunk::VECS> ahead(a);  // the next chunk to copy
-  auto issue = [&](int64_t c) {
-    if (ahead.row < a.outer) {
-      const ScanRow<T, V> r(a.x + ahead.row * a.x_so, a.y + ahead.row * a.y_so, a.length, a.reverse);
-      Chunk::copy(r, ahead.first, ahead.nvec, ring + (c % slots) * Chunk::VECS);
-      ahead.next(a);
-    }
-    cp_async_commit();
-  };
-  if (PIPE)
-    for (int c = 0; c < slots; ++c) issue(c);
   int parity = 0;
-  int64_t c = 0;  // chunks scanned so far
   for (int64_t row = blockIdx.x; row < a.outer; row += gridDim.x) {
     const ScanRow<T, V> r(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
     A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive);
-    for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1, ++c) {
-      Chunk ch;
-      if (PIPE) {
-        cp_async_wait_pending(slots - 1);  // chunk c is in
-        ch.load_copied(r, first, r.s.nvec, ring + (c % slots) * Chunk::VECS);
-      } else {
-        ch.load(r, first, r.s.nvec);
-      }
-      ch.scan_warp(first, r.s.nvec);
-      ch.scan_block(totals[parity]);
-      if (PIPE) issue(c + slots);  // after the barrier: every thread has read slot c % slots
-      ch.store(r, first, r.s.nvec, carry, a.exclusive);
-      carry = Op::apply(carry, ch.total);
+    for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
+      Chunk c;
+      c.load(r, first, r.s.nvec);
+      c.scan_warp(first, r.s.nvec);
+      c.scan_block(totals[parity]);
+      c.store(r, first, r.s.nvec, carry, a.exclusive);
+      carry = Op::apply(carry, c.total);
     }
     r.template scan_back<Op>(carry, a.exclusive);
   }
@@ -475,23 +410,11 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
           <<<static_cast<unsigned>(tiles), kScanBlock, 0, stream>>>(a, st, tiles_per_row);
       return cudaGetLastError();
     }
-    if (!NORMSCAN_SCAN_RING && rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer))
-      return launch_persistent<scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs, false>>(dim3(kScanBlock), 1, a.outer,
-                                                                                          0, stream, a, 0);
-    if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
-      constexpr auto kernel = scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs, true>;
-      int64_t fixed = 0;
-      err = static_smem(kernel, &fixed);
-      if (err != cudaSuccess) return err;
-      // The ring takes the block's whole share of shared memory, in whole chunks.
-      constexpr int64_t chunk_bytes = int64_t(kScanBlock) * kScanVecs * 16;
-      const int64_t slots = smem_share(d, NORMSCAN_SCAN_MINB, fixed) / chunk_bytes;
-      if (slots >= 2)
-        return launch_persistent<kernel>(dim3(kScanBlock), 1, a.outer, static_cast<size_t>(slots * chunk_bytes),
-                                         stream, a, static_cast<int>(slots));
-    }
-    return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs, false>>(dim3(kScanBlock), 1, a.outer,
-                                                                                        0, stream, a, 0);
+    if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer))
+      return launch_persistent<scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer, 0,
+                                                                                    stream, a);
+    return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer, 0,
+                                                                                 stream, a);
   }
   const int64_t cols = a.outer * ceil_div(a.inner, 32);
   return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_ITEMS>>(dim3(32, 8), 1, cols, 0,
