@@ -50,13 +50,14 @@ def _rows():
 
 def test_json_record_and_plot(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot needs matplotlib (pip install normscan[extras])")
-    record, plotted = bench.write_outputs(_rows(), 3000.0, tmp_path, False, 20)
+    record, plotted = bench.write_outputs(_rows(), 3000.0, tmp_path, False, 20, 3)
     loaded = json.loads((tmp_path / "bench.json").read_text())
     assert loaded == record
-    for key in ["device", "date", "normscan", "commit", "torch", "cuda", "python", "repeat", "copy_gbs", "rows"]:
+    for key in ["device", "date", "normscan", "commit", "torch", "cuda", "python", "repeat", "rounds", "copy_gbs",
+                "rows"]:
         assert key in loaded
     row = loaded["rows"][0]
-    assert set(row) == {"label", "op", "shape", "dtype", "bytes", "ms", "error", "bound", "correct"}
+    assert set(row) == {"label", "op", "shape", "dtype", "bytes", "ms", "error", "bound", "correct", "rounds_ms"}
     assert set(row["ms"]) >= {"normscan", "eager", "compile"}
     assert plotted and (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

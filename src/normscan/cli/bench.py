@@ -1,11 +1,13 @@
 """`normscan bench`: check and time every op against PyTorch eager, torch.compile and the
 device's copy bandwidth, in one run. Writes a JSON record and a PNG plot.
 
-Times are medians of CUDA-event timings after warm-up. Before each timed call a kernel
-reads a 256 MB buffer: it leaves L2 holding nothing of the op's tensors (and nothing dirty
-to write back), and it keeps the GPU busy while the host prepares the call, so the events
-measure device time, not the host's launch cost (tools/overhead.py measures that). Inputs
-also rotate through enough copies to exceed twice the L2 cache. Bandwidth counts the
+Times are medians of CUDA-event timings after warm-up, and each is the median of several
+rounds on freshly allocated inputs (where memory lands moves a timing by up to 13%).
+Before each timed call a kernel reads a 256 MB buffer: it leaves L2 holding nothing of the
+op's tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
+prepares the call, so the events measure device time, not the host's launch cost
+(tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
+twice the L2 cache. Bandwidth counts the
 fewest bytes any implementation must move: x read once, y written once.
 """
 
@@ -170,28 +172,37 @@ class Row:
     error: float
     bound: float
     correct: bool
+    rounds_ms: dict[str, list[float]] = field(default_factory=dict)  # every round's median, per implementation
 
 
-def run_entries(entries: list[Entry], repeat: int) -> list[Row]:
+def run_entries(entries: list[Entry], repeat: int, rounds: int) -> list[Row]:
+    """Each implementation timed in `rounds` rounds, each on freshly allocated inputs; the
+    median round is reported. Where memory lands matters: the same kernel on a new
+    allocation has measured up to 13% slower (H100), so one allocation is not a measurement."""
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for entry in progress(entries, "bench"):
         error, bound, ok = check_entry(entry)
         torch.cuda.empty_cache()
-        inputs = _inputs(entry, "cuda", l2_bytes)
-        weight = None
-        if entry.weight:
-            weight = (torch.rand(entry.shape[entry.dim], device="cuda") + 0.5).to(entry.dtype)
-        ms = {"normscan": time_ms(_ours(entry.op, entry.dim), inputs, weight, repeat)}
+        fns = {"normscan": _ours(entry.op, entry.dim)}
         for name, fn in entry.baselines.items():
             if name == "compile":
                 torch._dynamo.reset()
                 fn = torch.compile(fn, dynamic=False)
-            ms[name] = time_ms(fn, inputs, weight, repeat)
-        del inputs
-        torch.cuda.empty_cache()
+            fns[name] = fn
+        per_round: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(rounds):
+            inputs = _inputs(entry, "cuda", l2_bytes)
+            weight = None
+            if entry.weight:
+                weight = (torch.rand(entry.shape[entry.dim], device="cuda") + 0.5).to(entry.dtype)
+            for name, fn in fns.items():
+                per_round[name].append(time_ms(fn, inputs, weight, repeat))
+            del inputs
+            torch.cuda.empty_cache()
+        ms = {name: statistics.median(times) for name, times in per_round.items()}
         rows.append(Row(entry.label, entry.op, list(entry.shape), str(entry.dtype).replace("torch.", ""),
-                        entry.bytes_moved, ms, error, bound, ok))
+                        entry.bytes_moved, ms, error, bound, ok, per_round))
     return rows
 
 
@@ -255,7 +266,8 @@ def plot(rows: list[Row], copy_gbs: float, path: Path, sweep: bool, device: str)
     return True
 
 
-def write_outputs(rows: list[Row], copy_gbs: float, out: Path, sweep: bool, repeat: int) -> tuple[dict, bool]:
+def write_outputs(rows: list[Row], copy_gbs: float, out: Path, sweep: bool, repeat: int,
+                  rounds: int = 1) -> tuple[dict, bool]:
     """bench.json (every figure, with device, versions and commit) and bench.png."""
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
@@ -263,7 +275,7 @@ def write_outputs(rows: list[Row], copy_gbs: float, out: Path, sweep: bool, repe
         "device": device,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "normscan": __version__, "commit": _commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
-        "python": platform.python_version(), "repeat": repeat, "copy_gbs": copy_gbs,
+        "python": platform.python_version(), "repeat": repeat, "rounds": rounds, "copy_gbs": copy_gbs,
         "rows": [asdict(r) for r in rows],
     }
     (out / "bench.json").write_text(json.dumps(record, indent=1))
@@ -275,7 +287,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", nargs="+", choices=OPS, default=None, help="only these ops")
     p.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
                    help="dtypes for --sweep (default: float32 bfloat16)")
-    p.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (median reported)")
+    p.add_argument("--repeat", type=int, default=20, help="timed runs per round (their median is the round's time)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds on freshly allocated inputs (the median round is reported)")
     p.add_argument("--out", type=Path, default=Path("normscan-bench"), help="folder for bench.json and bench.png")
 
 
@@ -313,8 +327,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         entries = [e for e in default_entries() if not args.ops or e.op in args.ops]
     copy_gbs = copy_bandwidth(args.repeat)
-    rows = run_entries(entries, args.repeat)
-    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep, args.repeat)
+    rows = run_entries(entries, args.repeat, args.rounds)
+    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep, args.repeat, args.rounds)
     print(f"device {record['device']}, torch {torch.__version__}, commit {record['commit']}, "
           f"copy {copy_gbs:.0f} GB/s (read+write)")
     print_table(HEADERS, table_rows(rows, copy_gbs))

@@ -141,7 +141,7 @@ def cases(quick: bool = False, huge: bool = True) -> list[Case]:
         out.append(Case(f"{op} 0-d", op, maker((), torch.float32, dist), 0))
         if is_scan:
             for rev, exc in [(True, False), (False, True), (True, True)]:
-                for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((1, 1 << 20), 1)]:
+                for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((1, 1 << 20), 1)]:
                     out.append(Case(f"{op} {shape} dim={dim} reverse={rev} exclusive={exc}", op,
                                     maker(shape, torch.float32, dist), dim, reverse=rev, exclusive=exc))
             out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, dist), 1))

@@ -196,6 +196,15 @@ inline bool rows_share_alignment(const T* x, const T* y, int64_t x_so, int64_t y
   const auto ds = static_cast<uint64_t>((x_so - y_so) * static_cast<int64_t>(sizeof(T)));
   return dx % 16 == 0 && (outer == 1 || ds % 16 == 0);
 }
+// Whether every (outer, l) line of x and y along inner starts 16-byte aligned and holds
+// whole vectors of n elements, contiguous (Args: either family's argument struct).
+template <typename Args>
+inline bool inner_vectorizable(const Args& a, int n) {
+  const auto aligned = [n](int64_t stride, int64_t extent) { return extent == 1 || stride % n == 0; };
+  return a.x_si == 1 && a.y_si == 1 && a.inner % n == 0 && aligned(a.x_so, a.outer) && aligned(a.y_so, a.outer) &&
+         aligned(a.x_sl, a.length) && aligned(a.y_sl, a.length) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+}
 __host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 }  // namespace normscan

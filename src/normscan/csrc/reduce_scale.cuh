@@ -424,16 +424,6 @@ inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stre
       dim3(BX, BY), 1, tiles, smem, stream, a);
 }
 
-// Whether every (outer, l) line of x and y along inner starts 16-byte aligned and holds
-// whole vectors of n elements, contiguous.
-template <typename T>
-inline bool inner_vectorizable(const ReduceScaleArgs<T>& a, int n) {
-  const auto aligned = [n](int64_t stride, int64_t extent) { return extent == 1 || stride % n == 0; };
-  return a.x_si == 1 && a.y_si == 1 && a.inner % n == 0 && aligned(a.x_so, a.outer) && aligned(a.y_so, a.outer) &&
-         aligned(a.x_sl, a.length) && aligned(a.y_sl, a.length) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
-}
-
 template <typename T, typename Op>
 inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
   if (a.outer == 0 || a.length == 0 || a.inner == 0) return cudaSuccess;

@@ -10,8 +10,9 @@
 //             a serial scan per thread, a warp-shuffle scan, a block scan, a carry.
 //   lookback  (inner == 1, few long rows): the row is cut into tiles spread over the whole
 //             GPU, chained by a single-pass decoupled look-back.
-//   strided   (inner > 1): threads along inner (coalesced), each scanning a run of its
-//             column; the runs are joined through shared memory, then carried on.
+//   strided   (inner > 1): threads along inner (coalesced, 16-byte vectors of adjacent
+//             columns where the layout allows), each scanning a run of its columns; the
+//             runs are joined through shared memory, then carried on.
 #pragma once
 
 #include "launch.cuh"
@@ -21,7 +22,7 @@
 #define NORMSCAN_SCAN_BLOCK 512
 #endif
 #ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
-#define NORMSCAN_SCAN_VECS 2
+#define NORMSCAN_SCAN_VECS 4
 #endif
 #ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
 #define NORMSCAN_SCAN_MINB 2
@@ -31,6 +32,9 @@
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
+#endif
+#ifndef NORMSCAN_SCAN_STRIDED_VEC_ITEMS  // the same, when each position is a 16-byte vector
+#define NORMSCAN_SCAN_STRIDED_VEC_ITEMS 8
 #endif
 
 namespace normscan {
@@ -297,59 +301,82 @@ __global__ void __launch_bounds__(BLOCK) scan_lookback_kernel(ScanArgs<T> a, Loo
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
-// A block is BX columns (coalesced) by BY runs of ITEMS consecutive positions along the
-// scanned dim; it walks the dim in tiles of BY * ITEMS, carrying each column's value.
-template <typename T, typename Op, int BX, int BY, int ITEMS>
+// A block is BX threads along inner (coalesced), each taking VI adjacent columns (one
+// 16-byte vector when VI > 1: inner contiguous and aligned), by BY runs of ITEMS
+// consecutive positions along the scanned dim; it walks the dim in tiles of BY * ITEMS,
+// carrying each column's value.
+template <typename T, typename Op, int BX, int BY, int ITEMS, int VI>
 __global__ void __launch_bounds__(BX * BY, 2) scan_strided_kernel(ScanArgs<T> a) {
   using A = scan_acc_t<T>;
+  using VT = Vec<T, VI>;
   constexpr int64_t TILE = int64_t(BY) * ITEMS;
-  __shared__ A totals[2][BY][BX];
+  constexpr int COLS = BX * VI;
+  __shared__ A totals[2][BY][COLS];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t tiles_inner = (a.inner + BX - 1) / BX;
+  const int64_t tiles_inner = (a.inner + COLS - 1) / COLS;
   const int64_t ncols = a.outer * tiles_inner;
   int parity = 0;
   for (int64_t col = blockIdx.x; col < ncols; col += gridDim.x) {
     const int64_t o = col / tiles_inner;
-    const int64_t i = (col % tiles_inner) * BX + tx;
-    const bool active = i < a.inner;
+    const int64_t i = (col % tiles_inner) * COLS + tx * VI;
+    const bool active = i < a.inner;  // the whole vector: inner is a multiple of VI
     const T* xc = a.x + o * a.x_so + (active ? i : 0) * a.x_si;
     T* yc = a.y + o * a.y_so + (active ? i : 0) * a.y_si;
-    A carry = Op::template identity<A>();
+    A carry[VI];
+#pragma unroll
+    for (int v = 0; v < VI; ++v) carry[v] = Op::template identity<A>();
     for (int64_t l0 = 0; l0 < a.length; l0 += TILE, parity ^= 1) {
-      T vals[ITEMS];
-      A t = Op::template identity<A>();
+      VT vals[ITEMS];
+      A t[VI];
+#pragma unroll
+      for (int v = 0; v < VI; ++v) t[v] = Op::template identity<A>();
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
         const int64_t l = l0 + ty * ITEMS + k;
-        if (active && l < a.length) vals[k] = xc[(a.reverse ? a.length - 1 - l : l) * a.x_sl];
+        if (active && l < a.length)
+          vals[k] = *reinterpret_cast<const VT*>(xc + (a.reverse ? a.length - 1 - l : l) * a.x_sl);
       }
-#pragma unroll
-      for (int k = 0; k < ITEMS; ++k) {
-        const int64_t l = l0 + ty * ITEMS + k;
-        if (active && l < a.length) t = Op::apply(t, to_scan<T>(vals[k]));
-      }
-      totals[parity][ty][tx] = t;
-      __syncthreads();
-      A before = Op::template identity<A>(), all = Op::template identity<A>();
-#pragma unroll
-      for (int j = 0; j < BY; ++j) {
-        const A v = totals[parity][j][tx];
-        if (j < ty) before = Op::apply(before, v);
-        all = Op::apply(all, v);
-      }
-      A run = Op::apply(carry, before);
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
         const int64_t l = l0 + ty * ITEMS + k;
         if (active && l < a.length) {
-          const A v = to_scan<T>(vals[k]);
-          const int64_t p = (a.reverse ? a.length - 1 - l : l) * a.y_sl;
-          if (a.exclusive) yc[p] = from_scan<T>(run);
-          run = Op::apply(run, v);
-          if (!a.exclusive) yc[p] = from_scan<T>(run);
+#pragma unroll
+          for (int v = 0; v < VI; ++v) t[v] = Op::apply(t[v], to_scan<T>(vals[k].v[v]));
         }
       }
-      carry = Op::apply(carry, all);
+#pragma unroll
+      for (int v = 0; v < VI; ++v) totals[parity][ty][tx * VI + v] = t[v];
+      __syncthreads();
+      A run[VI];
+#pragma unroll
+      for (int v = 0; v < VI; ++v) {
+        A before = Op::template identity<A>();
+#pragma unroll
+        for (int j = 0; j < BY; ++j)
+          if (j < ty) before = Op::apply(before, totals[parity][j][tx * VI + v]);
+        run[v] = Op::apply(carry[v], before);
+      }
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int64_t l = l0 + ty * ITEMS + k;
+        if (active && l < a.length) {
+          VT out;
+#pragma unroll
+          for (int v = 0; v < VI; ++v) {
+            const A x = to_scan<T>(vals[k].v[v]);
+            if (a.exclusive) out.v[v] = from_scan<T>(run[v]);
+            run[v] = Op::apply(run[v], x);
+            if (!a.exclusive) out.v[v] = from_scan<T>(run[v]);
+          }
+          *reinterpret_cast<VT*>(yc + (a.reverse ? a.length - 1 - l : l) * a.y_sl) = out;
+        }
+      }
+      // The tile's totals are read again rather than held (registers): the next tile writes
+      // the other buffer.
+#pragma unroll
+      for (int v = 0; v < VI; ++v)
+#pragma unroll
+        for (int j = 0; j < BY; ++j) carry[v] = Op::apply(carry[v], totals[parity][j][tx * VI + v]);
     }
   }
 }
@@ -416,9 +443,14 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
     return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer, 0,
                                                                                  stream, a);
   }
+  if (inner_vectorizable(a, V)) {
+    const int64_t cols = a.outer * ceil_div(a.inner, 32 * V);
+    return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, V>>(dim3(32, 8), 1, cols,
+                                                                                                   0, stream, a);
+  }
   const int64_t cols = a.outer * ceil_div(a.inner, 32);
-  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_ITEMS>>(dim3(32, 8), 1, cols, 0,
-                                                                                          stream, a);
+  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_ITEMS, 1>>(dim3(32, 8), 1, cols, 0,
+                                                                                             stream, a);
 }
 
 }  // namespace normscan
