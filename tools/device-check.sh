@@ -9,8 +9,9 @@
 #   built in the background while the earlier steps run; ncu: DRAM bytes of the long-row
 #   and channel kernels (ncu's own counters), and where the channel kernel's warps stall;
 #   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck.
-# Seen on an H100 (2026-11-21): build 27-42 s; tests without the >2**31 cases ~5 min, with
-# them ~8 min; bench ~1 min; each sweep half ~1 min. A call may run 10 minutes: split.
+# Seen on an H100 (2026-11-21): build 43-59 s; tests without the >2**31 cases 6.5-8 min (the
+# exported-solution and build-kill tests build the kernels again), the >2**31 cases seconds,
+# cases ~5 s; bench ~1 min; the sweeps ~1 min; sanitize ~2 min. A call may run 10 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
