@@ -177,6 +177,17 @@ def test_kernels_without_cuda_say_so():
         _build.load()
 
 
+def test_an_older_gpu_is_told_what_is_supported(monkeypatch):
+    from normscan import _build
+
+    monkeypatch.setattr(_build, "_module", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    monkeypatch.setattr(_build, "arch", lambda: (7, 5))
+    with pytest.raises(RuntimeError, match=r"need compute capability 8\.0 or later.*Tesla T4 is sm_75.*reference"):
+        _build.load()
+
+
 def test_build_lock_is_released_when_its_holder_dies(tmp_path):
     """A build killed half-way must not leave a lock that hangs the next one."""
     import fcntl

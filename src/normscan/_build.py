@@ -86,6 +86,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "normscan"
 
 
+# The kernels use cp.async (sm_80) and, on sm_90, thread-block clusters.
+MIN_CAPABILITY = (8, 0)
+
+
 def arch() -> tuple[int, int]:
     """Compute capability of the current CUDA device."""
     return torch.cuda.get_device_capability()
@@ -173,6 +177,12 @@ def load() -> ModuleType:
             raise RuntimeError("normscan: the CUDA kernels need a CUDA device, and torch sees none "
                                f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
         capability = arch()
+        if capability < MIN_CAPABILITY:
+            raise RuntimeError(
+                f"normscan: the CUDA kernels need compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or later "
+                f"(Ampere, sm_80); {torch.cuda.get_device_name()} is sm_{capability[0]}{capability[1]}. On this GPU, "
+                "use the PyTorch expressions in normscan.reference, or move the tensors to the CPU, where normscan "
+                "computes them.")
         source = expand_source(BINDINGS)
         key = build_key(source, capability)
         name = f"normscan_{key}"

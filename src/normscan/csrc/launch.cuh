@@ -5,15 +5,6 @@
 
 namespace normscan {
 
-// Static shared memory of a kernel, in bytes.
-template <typename Kernel>
-inline cudaError_t static_smem(Kernel kernel, int64_t* bytes) {
-  cudaFuncAttributes attr;
-  const cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
-  *bytes = static_cast<int64_t>(attr.sharedSizeBytes);
-  return err;
-}
-
 // Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
 // memory over `units` independent work units (each unit is one cluster of `cluster`
 // blocks), on a grid no larger than what is resident at once; the kernel loops over the

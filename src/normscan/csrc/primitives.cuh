@@ -66,27 +66,15 @@ __device__ __forceinline__ RowSplit split_row(const T* p, int64_t n) {
 
 // ---------------------------------------------------------------- asynchronous copies
 // 16-byte global -> shared copies (sm_80+) that land while the thread does other work. A
-// thread waits only for its own copies (cp_async_wait_pending), so data a thread copies and
-// later reads itself needs no barrier; the copies commit in groups, one per pipeline stage.
+// thread waits only for its own copies, so data a thread copies and later reads itself
+// needs no barrier.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most `pending` of this thread's committed groups are still in flight;
-// above 7 it waits for more than asked (correct, with less overlap).
-__device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  switch (pending) {
-#define NORMSCAN_WAIT(n) \
-  case n:                \
-    asm volatile("cp.async.wait_group " #n ";" ::: "memory"); \
-    break;
-    NORMSCAN_WAIT(1) NORMSCAN_WAIT(2) NORMSCAN_WAIT(3) NORMSCAN_WAIT(4) NORMSCAN_WAIT(5) NORMSCAN_WAIT(6)
-#undef NORMSCAN_WAIT
-    default:
-      if (pending >= 7) asm volatile("cp.async.wait_group 7;" ::: "memory");
-      else asm volatile("cp.async.wait_group 0;" ::: "memory");
-  }
+// Commits this thread's copies issued so far and waits for all of them.
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
 
 // ---------------------------------------------------------------- associative ops
@@ -140,16 +128,7 @@ __device__ __forceinline__ A block_exclusive_scan_warps(A warp_total, A* totals,
 struct DeviceInfo {
   int sms = 0;
   int major = 0;
-  int smem_per_sm = 0;         // bytes of shared memory per multiprocessor
-  int smem_per_block_max = 0;  // bytes one block may take (with the opt-in attribute)
 };
-
-// Dynamic shared memory for a kernel that takes 1/blocks_per_sm of a multiprocessor's
-// shared memory, after its static shared memory and the 1 KB the system reserves per block.
-inline int64_t smem_share(const DeviceInfo& d, int blocks_per_sm, int64_t static_smem) {
-  const int64_t share = d.smem_per_sm / blocks_per_sm - 1024 - static_smem;
-  return share < d.smem_per_block_max - static_smem ? share : d.smem_per_block_max - static_smem;
-}
 
 inline cudaError_t device_info(DeviceInfo* out) {
   constexpr int kMaxDevices = 64;
@@ -163,10 +142,6 @@ inline cudaError_t device_info(DeviceInfo* out) {
     err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-    if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&d.smem_per_block_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
   }
   *out = d;

@@ -153,8 +153,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
       }
     }
     if (SNV > 0) {
-      cp_async_commit();
-      cp_async_wait_pending(0);
+      cp_async_wait_all();
 #pragma unroll
       for (int k = 0; k < SNV; ++k) {
         if ((NV + k) * TPR + t < mine) {
@@ -268,7 +267,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
   constexpr bool PREFETCH = strided_prefetches<T, IN_REGS, VI>();
   constexpr int NT = BX * BY;
   __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
-  extern __shared__ uint4 ring[];  // PREFETCH: vector (c, k) of thread i at ring[(c * HELD + k) * NT + i]
+  extern __shared__ uint4 ahead[];  // PREFETCH: vector (c, k) of thread i at ahead[(c * HELD + k) * NT + i]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
   const int64_t tiles_inner = (a.inner + TILE - 1) / TILE;
   const int64_t ntiles = a.outer * tiles_inner;
@@ -288,10 +287,9 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
         const T* p = column(tile, c);
 #pragma unroll
         for (int k = 0; k < HELD; ++k, p += x_step)
-          if (k < count) cp_async16(&ring[(c * HELD + k) * NT + tid], p);
+          if (k < count) cp_async16(&ahead[(c * HELD + k) * NT + tid], p);
       }
     }
-    cp_async_commit();
   };
   if (PREFETCH) prefetch(blockIdx.x);
   int parity = 0;
@@ -300,7 +298,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
     const int64_t i0 = (tile % tiles_inner) * TILE + tx * VI;
     VT vals[CPT][HELD];
     A sum[CPT][VI];
-    if (PREFETCH) cp_async_wait_pending(0);
+    if (PREFETCH) cp_async_wait_all();
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
 #pragma unroll
@@ -310,7 +308,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
 #pragma unroll
         for (int k = 0; k < HELD; ++k, p += x_step)
           if (k < count)
-            vals[c][k] = PREFETCH ? *reinterpret_cast<const VT*>(&ring[(c * HELD + k) * NT + tid])
+            vals[c][k] = PREFETCH ? *reinterpret_cast<const VT*>(&ahead[(c * HELD + k) * NT + tid])
                                   : *reinterpret_cast<const VT*>(p);
       }
     }
