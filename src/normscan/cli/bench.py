@@ -7,14 +7,15 @@ Before each timed call a kernel reads a 256 MB buffer: it leaves L2 holding noth
 op's tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
 prepares the call, so the events measure device time, not the host's launch cost
 (tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
-twice the L2 cache. Bandwidth counts the
-fewest bytes any implementation must move: x read once, y written once.
+twice the L2 cache. Bandwidth counts the fewest bytes any implementation must move: x
+read once, y written once.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -117,8 +118,14 @@ def _inputs(entry: Entry, device: str, l2_bytes: int) -> list[torch.Tensor]:
 FLUSH_BYTES = 256 << 20
 
 
+@functools.cache
+def _flush_buffer(device: int) -> torch.Tensor:
+    """What the read before each timed call reads: made once per device, not per timing."""
+    return torch.ones(FLUSH_BYTES // 4, device=f"cuda:{device}")
+
+
 def time_ms(fn: Callable, inputs: list[torch.Tensor], weight, repeat: int, warmup: int = 3) -> float:
-    flush = torch.ones(FLUSH_BYTES // 4, device="cuda")
+    flush = _flush_buffer(torch.cuda.current_device())
     for i in range(warmup):
         fn(inputs[i % len(inputs)], weight)
     torch.cuda.synchronize()

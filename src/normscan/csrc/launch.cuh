@@ -6,19 +6,16 @@
 namespace normscan {
 
 // Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
-// memory over `units` independent work units (each unit is one cluster of `cluster`
-// blocks), on a grid no larger than what is resident at once; the kernel loops over the
-// remaining units. Residency is measured once per kernel, device, cluster size and `smem`.
-template <auto kernel, typename... Args>
+// memory (fixed per kernel) over `units` independent work units (each unit is one cluster
+// of `cluster` blocks), on a grid no larger than what is resident at once; the kernel loops
+// over the remaining units. Residency is measured once per kernel, device and cluster size.
+template <auto kernel, typename Args>
 inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
-                                     const Args&... args) {
+                                     const Args& args) {
   constexpr int kMaxDevices = 64;
   constexpr int kMaxCluster = 8;
-  struct Fit {
-    size_t smem;
-    int64_t clusters;  // 0 = not measured yet
-  };
-  static Fit resident[kMaxDevices][kMaxCluster + 1] = {};
+  // Resident clusters per device and cluster size; 0 = not measured yet.
+  static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -38,9 +35,9 @@ inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, s
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  Fit& fit = resident[dev][cluster];
-  if (fit.clusters == 0 || fit.smem != smem) {
-    if (smem > 48 * 1024) {
+  int64_t& fit = resident[dev][cluster];
+  if (fit == 0) {
+    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in, once per device
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
     }
@@ -54,12 +51,11 @@ inline cudaError_t launch_persistent(dim3 threads, int cluster, int64_t units, s
       n = c;
     }
     if (err != cudaSuccess) return err;
-    fit.smem = smem;
-    fit.clusters = n > 0 ? n : 1;
+    fit = n > 0 ? n : 1;
   }
-  const int64_t grid_units = min64(units, fit.clusters);
+  const int64_t grid_units = min64(units, fit);
   cfg.gridDim = dim3(static_cast<unsigned>(grid_units * cluster), 1, 1);
-  err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  err = cudaLaunchKernelEx(&cfg, kernel, args);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }

@@ -22,9 +22,6 @@
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
 #define NORMSCAN_ROWS_CLUSTER_BLOCK 512
 #endif
-#ifndef NORMSCAN_ROWS_SMEM_SHARE  // 1: blocks of a long row's cluster hold half their share in shared memory
-#define NORMSCAN_ROWS_SMEM_SHARE 1
-#endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
 #endif
@@ -249,7 +246,6 @@ __host__ __device__ constexpr bool strided_prefetches() {
   return IN_REGS && VI * sizeof(T) == 16;
 }
 
-
 // A block is BX threads along inner (coalesced) by BY threads along the reduced dim. Thread
 // tx takes CPT groups of VI adjacent positions along inner, groups BX * VI apart: VI > 1
 // reads them as one 16-byte vector (inner contiguous and aligned), CPT > 1 gives short
@@ -410,8 +406,8 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
     if (nvec <= int64_t(CB) * NV) return launch_rows<T, Op, CB, CB, NV, 0, 1024 / CB>(a, 1, stream);
     // Longer rows: a cluster whose blocks hold as much again in shared memory (fp32 keeps
     // 5 vectors in registers and 11 in shared memory: 8 and 8, or 6 and 10, spill).
-    constexpr int RNV = NORMSCAN_ROWS_SMEM_SHARE ? (sizeof(T) == 4 ? 5 : NV) : NV;
-    constexpr int SNV = NORMSCAN_ROWS_SMEM_SHARE ? 2 * NV - RNV : 0;
+    constexpr int RNV = sizeof(T) == 4 ? 5 : NV;
+    constexpr int SNV = 2 * NV - RNV;
     constexpr int64_t per_block = int64_t(CB) * (RNV + SNV);
     if (nvec <= per_block * max_cluster)
       return launch_rows<T, Op, CB, CB, RNV, SNV, 1024 / CB>(a, static_cast<int>(ceil_div(nvec, per_block)), stream);

@@ -386,6 +386,12 @@ constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
 constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
 constexpr int kLookbackVecs = NORMSCAN_LOOKBACK_VECS;
 
+template <typename T, typename Op, int ITEMS, int VI>
+inline cudaError_t launch_scan_strided(const ScanArgs<T>& a, cudaStream_t stream) {
+  const int64_t cols = a.outer * ceil_div(a.inner, 32 * VI);
+  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, ITEMS, VI>>(dim3(32, 8), 1, cols, 0, stream, a);
+}
+
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
 // plan: enough rows to fill the device, rows of one chunk, or under 2**22 elements, where a
 // workspace and its two memsets are not worth it.
@@ -443,14 +449,8 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
     return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer, 0,
                                                                                  stream, a);
   }
-  if (inner_vectorizable(a, V)) {
-    const int64_t cols = a.outer * ceil_div(a.inner, 32 * V);
-    return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, V>>(dim3(32, 8), 1, cols,
-                                                                                                   0, stream, a);
-  }
-  const int64_t cols = a.outer * ceil_div(a.inner, 32);
-  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, NORMSCAN_SCAN_STRIDED_ITEMS, 1>>(dim3(32, 8), 1, cols, 0,
-                                                                                             stream, a);
+  if (inner_vectorizable(a, V)) return launch_scan_strided<T, Op, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, V>(a, stream);
+  return launch_scan_strided<T, Op, NORMSCAN_SCAN_STRIDED_ITEMS, 1>(a, stream);
 }
 
 }  // namespace normscan
