@@ -98,3 +98,12 @@ def test_binding_compiles_against_torch(tmp_path):
                           *includes, str(src), "-o", str(tmp_path / "bindings.o")],
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
+
+
+def test_kernel_bench_compiles(tmp_path):
+    """tools/kernel_bench.cu, the torch-free timer of -D variants, still builds."""
+    bench = Path(__file__).resolve().parent.parent / "tools" / "kernel_bench.cu"
+    run = subprocess.run([str(NVCC), "-std=c++17", "-O3", "-c", "-gencode=arch=compute_90,code=sm_90", "-I",
+                          str(_build.CSRC), str(bench), "-o", str(tmp_path / "kernel_bench.o")],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]

@@ -1,6 +1,6 @@
 """Build csrc/ variants (-D knobs) side by side and time the KernelBench problems with each.
 
-    python tools/tune.py "" "-DNORMSCAN_SCAN_VECS=8 -DNORMSCAN_SCAN_MINB=2" ...
+    python tools/tune.py "" "-DNORMSCAN_LOOKBACK_VECS=4 -DNORMSCAN_LOOKBACK_MINB=4" ...
     NORMSCAN_TUNE_CASES="cumprod l2" python tools/tune.py ...   (only cases whose name has one)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
 

@@ -111,7 +111,8 @@ def cases(quick: bool = False, huge: bool = True) -> list[Case]:
     # along inner (every dtype), an odd inner the scalar kernels.
     strided = [((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
                ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
-               ((2, 3000, 3, 5), 1), ((3, 5, 7, 9), 0), ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
+               ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 5, 7, 9), 0),
+               ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
     views = {
         "transposed": (lambda x: x.t(), (64, 33), 1),
         "sliced": (lambda x: x[:, :-1], (6, 1001), 1),
@@ -141,7 +142,8 @@ def cases(quick: bool = False, huge: bool = True) -> list[Case]:
         out.append(Case(f"{op} 0-d", op, maker((), torch.float32, dist), 0))
         if is_scan:
             for rev, exc in [(True, False), (False, True), (True, True)]:
-                for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((1, 1 << 20), 1)]:
+                # (3, 2**22+5): several look-back rows, each aligned differently.
+                for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((3, (1 << 22) + 5), 1)]:
                     out.append(Case(f"{op} {shape} dim={dim} reverse={rev} exclusive={exc}", op,
                                     maker(shape, torch.float32, dist), dim, reverse=rev, exclusive=exc))
             out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, dist), 1))

@@ -22,11 +22,17 @@
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
 #define NORMSCAN_ROWS_CLUSTER_BLOCK 512
 #endif
+#ifndef NORMSCAN_ROWS_HELD  // vectors per thread, registers and shared memory, for long rows
+#define NORMSCAN_ROWS_HELD 16
+#endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
 #endif
 #ifndef NORMSCAN_STRIDED_VEC_BX  // threads along inner per block in the short-length vector kernels
 #define NORMSCAN_STRIDED_VEC_BX 64
+#endif
+#ifndef NORMSCAN_STRIDED_CLUSTERS  // 0: no clusters for long columns (they are read twice)
+#define NORMSCAN_STRIDED_CLUSTERS 1
 #endif
 #ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
 #define NORMSCAN_STRIDED_MINB 2
@@ -87,6 +93,7 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int SNV, int MINB>
 __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
+  using VT = Vec<T, vec16<T>()>;
   constexpr int V = vec16<T>();
   constexpr int GROUPS = BLOCK / TPR;
   constexpr int WARPS_PER_ROW = TPR / 32;
@@ -105,64 +112,80 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #endif
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
-  int parity = 0;
-  for (int64_t base = first; base < a.outer; base += step, parity ^= 1) {
+
+  // This thread's share of the row group starting at `base`.
+  struct Share {
+    const T* x;    // row start
+    T* y;
+    int body;      // first element of this block's aligned body
+    int mine;      // body vectors of this block (0: inactive)
+    int edge_start, edge_count;  // unaligned head or tail elements this thread holds
+  };
+  auto share_of = [&](int64_t base) {
+    Share p;
     const int64_t row = base + group;
     const bool active = row < a.outer;
-    const T* xr = a.x + (active ? row : 0) * a.x_so;
-    T* yr = a.y + (active ? row : 0) * a.y_so;
-    const RowSplit s = split_row<T, V>(xr, a.length);
-    // In-row offsets fit 32 bits: a row held in registers is at most a few MB.
+    p.x = a.x + (active ? row : 0) * a.x_so;
+    p.y = a.y + (active ? row : 0) * a.y_so;
+    const RowSplit s = split_row<T, V>(p.x, a.length);
+    // In-row offsets fit 32 bits: a row held on chip is at most a few MB.
     const int per_cta = static_cast<int>((s.nvec + csize - 1) / csize);
     const int v0 = crank * per_cta;
-    const int mine = active ? max(0, min(per_cta, static_cast<int>(s.nvec) - v0)) : 0;
-    const int body = static_cast<int>(s.head) + v0 * V;  // first element of this block's body
-    // Edge elements: the head goes to thread 0 of rank 0, the tail to the last thread of
-    // the last rank; both lie outside the aligned body.
+    p.mine = active ? max(0, min(per_cta, static_cast<int>(s.nvec) - v0)) : 0;
+    p.body = static_cast<int>(s.head) + v0 * V;
+    // The head goes to thread 0 of rank 0, the tail to the last thread of the last rank.
     const bool holds_head = active && t == 0 && crank == 0;
     const bool holds_tail = active && t == TPR - 1 && crank == csize - 1;
-    const int edge_start = holds_head ? 0 : static_cast<int>(s.head + s.nvec * V);
-    const int edge_count = holds_head ? static_cast<int>(s.head) : (holds_tail ? static_cast<int>(s.tail) : 0);
+    p.edge_start = holds_head ? 0 : static_cast<int>(s.head + s.nvec * V);
+    p.edge_count = holds_head ? static_cast<int>(s.head) : (holds_tail ? static_cast<int>(s.tail) : 0);
+    return p;
+  };
+  // Body vector k of this thread: registers for k < NV, shared-memory slot k - NV after.
+  auto has = [&](const Share& p, int k) { return k * TPR + t < p.mine; };
+  auto at = [&](const Share& p, int k) { return p.body + (k * TPR + t) * V; };
+  auto slot = [&](int k) { return reinterpret_cast<VT*>(&held[(k - NV) * BLOCK + threadIdx.x]); };
 
-    // The edge elements are loaded with the body and held: a load after the sum, or again
-    // for the store, would put two dependent round trips on every row's critical path.
-    Vec<T, V> buf[NV];
-    Vec<T, V> edge;  // packed: 16-bit edges as loose registers spill
-    // The slots were last read by this thread's stores of the previous row, which needed the
-    // values: those reads are done before these copies start.
-    const T* mine_x = xr + body + t * V;
+  int parity = 0;
+  for (int64_t base = first; base < a.outer; base += step, parity ^= 1) {
+    const Share cur = share_of(base);
+    // Each thread holds NV vectors in registers, SNV in its shared-memory slots, and its
+    // edge elements (packed: 16-bit edges as loose registers spill). Edges are loaded with
+    // the body and held: a load after the sum, or again for the store, would put two
+    // dependent round trips on every row's critical path. The slots were last read by this
+    // thread's stores of the previous row, which needed the values: those reads are done
+    // before new copies start. Shared-memory slots go first: their copies land while the
+    // register loads are issued.
+    VT buf[NV];
+    VT edge;
 #pragma unroll
-    for (int k = 0; k < SNV; ++k)
-      if ((NV + k) * TPR + t < mine) cp_async16(&held[k * BLOCK + threadIdx.x], mine_x + (NV + k) * TPR * V);
+    for (int k = NV; k < NV + SNV; ++k)
+      if (has(cur, k)) cp_async16(slot(k), cur.x + at(cur, k));
 #pragma unroll
     for (int k = 0; k < NV; ++k)
-      if (k * TPR + t < mine) buf[k] = load_vec<T, V>(mine_x + k * TPR * V);
+      if (has(cur, k)) buf[k] = load_vec<T, V>(cur.x + at(cur, k));
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) edge.v[i] = xr[edge_start + i];
-
+      if (i < cur.edge_count) edge.v[i] = cur.x[cur.edge_start + i];
     A sum = A(0);
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      if (k * TPR + t < mine) {
+    for (int k = 0; k < NV; ++k)
+      if (has(cur, k)) {
 #pragma unroll
         for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
       }
-    }
     if (SNV > 0) {
       cp_async_wait_all();
 #pragma unroll
-      for (int k = 0; k < SNV; ++k) {
-        if ((NV + k) * TPR + t < mine) {
-          const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(&held[k * BLOCK + threadIdx.x]);
+      for (int k = NV; k < NV + SNV; ++k)
+        if (has(cur, k)) {
+          const VT v = *slot(k);
 #pragma unroll
           for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v.v[i]));
         }
-      }
     }
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) sum += Op::map(Convert<T>::to_acc(edge.v[i]));
+      if (i < cur.edge_count) sum += Op::map(Convert<T>::to_acc(edge.v[i]));
 
     sum = warp_reduce<SumOp>(sum);
     if (WARPS_PER_ROW > 1) {
@@ -183,11 +206,11 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     }
 #endif
     const A scale = Op::scale(sum, a.length, a.eps);
-    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + body) % 16 == 0;
-    auto scale_store = [&](const Vec<T, V>& x, int l) {
-      Vec<T, V> out;
+    const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + cur.body) % 16 == 0;
+    auto scale_store = [&](const VT& x, int l) {
+      VT out;
       if (w_vec) {
-        const Vec<T, V> wv = load_vec<T, V>(a.w + l);
+        const VT wv = load_vec<T, V>(a.w + l);
 #pragma unroll
         for (int i = 0; i < V; ++i)
           out.v[i] = Convert<T>::from_acc(Convert<T>::to_acc(x.v[i]) * scale * Convert<T>::to_acc(wv.v[i]));
@@ -195,18 +218,14 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #pragma unroll
         for (int i = 0; i < V; ++i) out.v[i] = scale_one(x.v[i], scale, a.w, l + i);
       }
-      store_vec<T, V>(yr + l, out);
+      store_vec<T, V>(cur.y + l, out);
     };
 #pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (k * TPR + t < mine) scale_store(buf[k], body + (k * TPR + t) * V);
-#pragma unroll
-    for (int k = 0; k < SNV; ++k)
-      if ((NV + k) * TPR + t < mine)
-        scale_store(*reinterpret_cast<const Vec<T, V>*>(&held[k * BLOCK + threadIdx.x]), body + ((NV + k) * TPR + t) * V);
+    for (int k = 0; k < NV + SNV; ++k)
+      if (has(cur, k)) scale_store(k < NV ? buf[k] : *slot(k), at(cur, k));
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < edge_count) yr[edge_start + i] = scale_one(edge.v[i], scale, a.w, edge_start + i);
+      if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one(edge.v[i], scale, a.w, cur.edge_start + i);
   }
 #ifdef NORMSCAN_CLUSTERS
   // No block may leave while another can still read its shared memory.
@@ -215,18 +234,40 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 }
 
 // ---------------------------------------------------------------- rows, read twice
-template <typename T, typename Op>
-__global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
+// One block per row: a pass that sums, then a pass that scales, in V-element vectors when
+// x and y rows share their alignment (V == 1 otherwise). The second pass walks the row
+// backwards, so it starts with the lines the first pass read last: those most likely
+// still in L2.
+template <typename T, typename Op, int BLOCK, int V>
+__global__ void __launch_bounds__(BLOCK) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
-  constexpr int BLOCK = 512;
+  using VT = Vec<T, V>;
+  constexpr int UNROLL = 4;  // vectors in flight per thread
   __shared__ A warp_part[2][BLOCK / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.outer; row += gridDim.x, parity ^= 1) {
     const T* xr = a.x + row * a.x_so;
     T* yr = a.y + row * a.y_so;
+    const RowSplit s = split_row<T, V>(xr, a.length);
+    const T* xb = xr + s.head;
+    // Edge element e (head, then tail; fewer than 2 * V) belongs to thread e.
+    const int head = static_cast<int>(s.head), edges = static_cast<int>(s.head + s.tail);
+    const int64_t edge_at = threadIdx.x < head ? threadIdx.x : s.nvec * V + threadIdx.x;
     A sum = A(0);
-    for (int64_t l = threadIdx.x; l < a.length; l += BLOCK) sum += Op::map(Convert<T>::to_acc(xr[l]));
+    if (threadIdx.x < edges) sum += Op::map(Convert<T>::to_acc(xr[edge_at]));
+    for (int64_t j = threadIdx.x; j < s.nvec; j += int64_t(BLOCK) * UNROLL) {
+      VT v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j + u * BLOCK < s.nvec) v[u] = load_vec<T, V>(xb + (j + u * BLOCK) * V);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j + u * BLOCK < s.nvec) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v[u].v[i]));
+        }
+    }
     sum = warp_reduce<SumOp>(sum);
     if (lane == 0) warp_part[parity][warp] = sum;
     __syncthreads();
@@ -234,7 +275,23 @@ __global__ void __launch_bounds__(512) reduce_scale_reread_kernel(ReduceScaleArg
 #pragma unroll
     for (int i = 0; i < BLOCK / 32; ++i) sum += warp_part[parity][i];
     const A scale = Op::scale(sum, a.length, a.eps);
-    for (int64_t l = threadIdx.x; l < a.length; l += BLOCK) yr[l] = scale_one(xr[l], scale, a.w, l);
+    if (threadIdx.x < edges) yr[edge_at] = scale_one(xr[edge_at], scale, a.w, edge_at);
+    T* yb = yr + s.head;
+    for (int64_t j = s.nvec - 1 - threadIdx.x; j >= 0; j -= int64_t(BLOCK) * UNROLL) {
+      VT v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j - u * BLOCK >= 0) v[u] = load_vec<T, V>(xb + (j - u * BLOCK) * V);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (j - u * BLOCK >= 0) {
+          const int64_t l = s.head + (j - u * BLOCK) * V;
+          VT out;
+#pragma unroll
+          for (int i = 0; i < V; ++i) out.v[i] = scale_one(v[u].v[i], scale, a.w, l + i);
+          store_vec<T, V>(yb + (j - u * BLOCK) * V, out);
+        }
+    }
   }
 }
 
@@ -253,7 +310,9 @@ __host__ __device__ constexpr bool strided_prefetches() {
 // columns: with IN_REGS it holds them in registers (k < ITEMS, length <= BY * ITEMS),
 // otherwise it reads them twice. Held 16-byte vectors arrive through shared memory: the
 // thread's vectors of the block's next tile are fetched (cp.async) into its own slots
-// while the current tile is reduced, scaled and stored.
+// while the current tile is reduced, scaled and stored. Longer columns go to a cluster
+// (Hopper, IN_REGS): block rank r holds positions [r * BY * ITEMS, (r + 1) * BY * ITEMS),
+// and the blocks' column sums cross the cluster through distributed shared memory.
 template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB>
 __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
@@ -262,17 +321,30 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
   constexpr int TILE = BX * CPT * VI;        // positions along inner per tile
   constexpr bool PREFETCH = strided_prefetches<T, IN_REGS, VI>();
   constexpr int NT = BX * BY;
+  constexpr bool CLUSTERED = IN_REGS && BY > 1;  // the launchers cluster only such blocks
   __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
   extern __shared__ uint4 ahead[];  // PREFETCH: vector (c, k) of thread i at ahead[(c * HELD + k) * NT + i]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
+  int csize = 1, crank = 0;
+#ifdef NORMSCAN_CLUSTERS
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  csize = static_cast<int>(cluster.num_blocks());
+  crank = static_cast<int>(cluster.block_rank());
+  // Column sums of each block of the cluster, pushed by that block.
+  __shared__ A cta_sum[2][CLUSTERED ? 8 : 1][CLUSTERED ? TILE : 1];
+#endif
   const int64_t tiles_inner = (a.inner + TILE - 1) / TILE;
   const int64_t ntiles = a.outer * tiles_inner;
-  const int64_t count = a.length > ty ? (a.length - ty + BY - 1) / BY : 0;  // positions of this thread
+  const int64_t l0 = int64_t(crank) * BY * ITEMS;  // this block's first position along the reduced dim
+  const int64_t slice = csize > 1 ? min64(int64_t(BY) * ITEMS, a.length - l0) : a.length;
+  const int64_t count = slice > ty ? (slice - ty + BY - 1) / BY : 0;  // positions of this thread
+  const int64_t first_tile = blockIdx.x / csize, tile_step = gridDim.x / csize;
   const int64_t x_step = BY * a.x_sl, y_step = BY * a.y_sl;
   // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
   auto column = [&](int64_t tile, int c) {
     return a.x + (tile / tiles_inner) * a.x_so + ((tile % tiles_inner) * TILE + tx * VI + c * BX * VI) * a.x_si +
-           ty * a.x_sl;
+           (l0 + ty) * a.x_sl;
   };
   auto in_inner = [&](int64_t tile, int c) { return (tile % tiles_inner) * TILE + tx * VI + c * BX * VI < a.inner; };
   auto prefetch = [&](int64_t tile) {
@@ -287,9 +359,9 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
       }
     }
   };
-  if (PREFETCH) prefetch(blockIdx.x);
+  if (PREFETCH) prefetch(first_tile);
   int parity = 0;
-  for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x, parity ^= 1) {
+  for (int64_t tile = first_tile; tile < ntiles; tile += tile_step, parity ^= 1) {
     const int64_t o = tile / tiles_inner;
     const int64_t i0 = (tile % tiles_inner) * TILE + tx * VI;
     VT vals[CPT][HELD];
@@ -329,12 +401,14 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
         }
       }
     }
-    if (PREFETCH) prefetch(tile + gridDim.x);  // the sums have consumed every value read from the slots
+    if (PREFETCH) prefetch(tile + tile_step);  // the sums have consumed every value read from the slots
     if (BY > 1) {
 #pragma unroll
       for (int c = 0; c < CPT; ++c)
 #pragma unroll
         for (int v = 0; v < VI; ++v) part[parity][ty][(tx + c * BX) * VI + v] = sum[c][v];
+    }
+    if (BY > 1 && csize == 1) {
       __syncthreads();
 #pragma unroll
       for (int c = 0; c < CPT; ++c)
@@ -345,6 +419,30 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
           for (int j = 0; j < BY; ++j) sum[c][v] += part[parity][j][(tx + c * BX) * VI + v];
         }
     }
+#ifdef NORMSCAN_CLUSTERS
+    if constexpr (CLUSTERED) {
+      if (csize > 1) {
+        // Each block pushes its column sums into every block of the cluster: remote stores
+        // do not wait, and after the barrier every read is local. Double-buffered: a block
+        // can be at most one tile ahead of the cluster's readers.
+        __syncthreads();  // part[parity] is complete
+        for (int j = tid; j < TILE; j += NT) {
+          A col = A(0);
+#pragma unroll
+          for (int k = 0; k < BY; ++k) col += part[parity][k][j];
+          for (int r = 0; r < csize; ++r) *cluster.map_shared_rank(&cta_sum[parity][crank][j], r) = col;
+        }
+        cluster.sync();
+#pragma unroll
+        for (int c = 0; c < CPT; ++c)
+#pragma unroll
+          for (int v = 0; v < VI; ++v) {
+            sum[c][v] = A(0);
+            for (int r = 0; r < csize; ++r) sum[c][v] += cta_sum[parity][r][(tx + c * BX) * VI + v];
+          }
+      }
+    }
+#endif
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
       const int64_t i = i0 + c * BX * VI;
@@ -358,11 +456,11 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
         for (int v = 0; v < VI; ++v) out.v[v] = scale_one(x.v[v], scale[v], a.w, l);
         return out;
       };
-      T* q = a.y + o * a.y_so + i * a.y_si + ty * a.y_sl;
+      T* q = a.y + o * a.y_so + i * a.y_si + (l0 + ty) * a.y_sl;
       if (IN_REGS) {
 #pragma unroll
         for (int k = 0; k < HELD; ++k, q += y_step)
-          if (k < count) *reinterpret_cast<VT*>(q) = scale_vec(vals[c][k], ty + int64_t(k) * BY);
+          if (k < count) *reinterpret_cast<VT*>(q) = scale_vec(vals[c][k], l0 + ty + int64_t(k) * BY);
       } else {
         const T* p = a.x + o * a.x_so + i * a.x_si + ty * a.x_sl;
 #pragma unroll 8
@@ -371,6 +469,10 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
       }
     }
   }
+#ifdef NORMSCAN_CLUSTERS
+  // No block may leave while another can still read its shared memory.
+  if (csize > 1) cluster.sync();
+#endif
 }
 
 // ---------------------------------------------------------------- launchers
@@ -378,8 +480,8 @@ template <typename T, typename Op, int BLOCK, int TPR, int NV, int SNV, int MINB
 inline cudaError_t launch_rows(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.outer : ceil_div(a.outer, BLOCK / TPR);
   constexpr size_t smem = size_t(BLOCK) * SNV * 16;
-  return launch_persistent<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, SNV, MINB>>(dim3(BLOCK), cluster, units, smem,
-                                                                                      stream, a);
+  return launch_units<reduce_scale_rows_kernel<T, Op, BLOCK, TPR, NV, SNV, MINB>>(Grid::PerUnit, dim3(BLOCK), cluster,
+                                                                                  units, smem, stream, a);
 }
 
 template <typename T, typename Op>
@@ -393,7 +495,8 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   // Vectors per thread in the 64-register configurations: 32 elements of 16 or 32 bits,
   // 8 doubles (fp64 math needs the room).
   constexpr int NV = sizeof(T) == 4 ? 8 : 4;
-  if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
+  const bool aligned = rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer);
+  if (aligned) {
     // The fewest threads per row that hold it in 4 vectors each: a thread whose vector slots
     // sit half empty keeps half the bytes in flight (65536x1024 fp32 measured 0.95x of
     // torch.compile on 128 threads per row).
@@ -404,41 +507,55 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
     if (nvec <= 512 * 4) return launch_rows<T, Op, 512, 512, 4, 0, 2>(a, 1, stream);
     constexpr int CB = NORMSCAN_ROWS_CLUSTER_BLOCK;
     if (nvec <= int64_t(CB) * NV) return launch_rows<T, Op, CB, CB, NV, 0, 1024 / CB>(a, 1, stream);
-    // Longer rows: a cluster whose blocks hold as much again in shared memory (fp32 keeps
-    // 5 vectors in registers and 11 in shared memory: 8 and 8, or 6 and 10, spill).
+    // Longer rows: a cluster whose blocks hold 16 vectors a thread, the rest of them in
+    // shared memory (fp32 keeps 5 in registers: 8 and 8, or 6 and 10, spill).
     constexpr int RNV = sizeof(T) == 4 ? 5 : NV;
-    constexpr int SNV = 2 * NV - RNV;
+    constexpr int SNV = NORMSCAN_ROWS_HELD - RNV;
     constexpr int64_t per_block = int64_t(CB) * (RNV + SNV);
     if (nvec <= per_block * max_cluster)
       return launch_rows<T, Op, CB, CB, RNV, SNV, 1024 / CB>(a, static_cast<int>(ceil_div(nvec, per_block)), stream);
   }
-  return launch_persistent<reduce_scale_reread_kernel<T, Op>>(dim3(512), 1, a.outer, 0, stream, a);
+  if (aligned)
+    return launch_units<reduce_scale_reread_kernel<T, Op, 512, V>>(Grid::PerUnit, dim3(512), 1, a.outer, 0, stream, a);
+  return launch_units<reduce_scale_reread_kernel<T, Op, 512, 1>>(Grid::PerUnit, dim3(512), 1, a.outer, 0, stream, a);
 }
 
 template <typename T, typename Op, int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB>
-inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream, int cluster = 1) {
   const int64_t tiles = a.outer * ceil_div(a.inner, BX * CPT * VI);
   constexpr size_t smem = strided_prefetches<T, IN_REGS, VI>() ? size_t(BX) * BY * CPT * ITEMS * 16 : 0;
-  return launch_persistent<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, CPT, VI, MINB>>(
-      dim3(BX, BY), 1, tiles, smem, stream, a);
+  // Clustered tiles hide their cross-block reduction behind the next tile's prefetch: a
+  // grid of one cluster per tile (which prefetches nothing) measured 2-3% slower on
+  // (8, 1024, 64, 64); unclustered, one block per tile measured 2% faster.
+  const Grid grid = cluster > 1 ? Grid::Persistent : Grid::PerUnit;
+  return launch_units<reduce_scale_strided_kernel<T, Op, BX, BY, ITEMS, IN_REGS, CPT, VI, MINB>>(
+      grid, dim3(BX, BY), cluster, tiles, smem, stream, a);
 }
 
 template <typename T, typename Op>
 inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
   if (a.outer == 0 || a.length == 0 || a.inner == 0) return cudaSuccess;
   if (a.inner == 1 && a.x_sl == 1 && a.y_sl == 1) return launch_reduce_scale_rows<T, Op>(a, stream);
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  // Columns longer than one block holds go to a cluster of up to 8 blocks (Hopper).
+  const int max_cluster = d.major >= 9 && NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
+  auto blocks_for = [&](int64_t per_block) { return static_cast<int>(ceil_div(a.length, per_block)); };
   constexpr int MB = NORMSCAN_STRIDED_MINB;
   constexpr int VI = vec16<T>();
   const bool vec = inner_vectorizable(a, VI);
-  // Columns of up to 128: 16-byte vectors along inner, up to 16 per thread (256 bytes).
+  // 16-byte vectors along inner, up to 16 per thread (256 bytes).
   if (vec) {
     constexpr int BX = NORMSCAN_STRIDED_VEC_BX;
     if (a.length <= 4) return launch_strided<T, Op, BX, 1, 4, true, 4, VI, MB>(a, stream);
     if (a.length <= 16) return launch_strided<T, Op, BX, 1, 16, true, 1, VI, MB>(a, stream);
     if (a.length <= 4 * 16) return launch_strided<T, Op, BX, 4, 16, true, 1, VI, MB>(a, stream);
-    // (16-bit types spill here: their fp32 conversions need the registers.)
-    if constexpr (sizeof(T) >= 4)
-      if (a.length <= 8 * 16) return launch_strided<T, Op, 32, 8, 16, true, 1, VI, MB>(a, stream);
+    // (16-bit types spill at 8 x 16: their fp32 conversions need the registers.)
+    constexpr int BY = sizeof(T) >= 4 ? 8 : 4;
+    constexpr int per_block = BY * 16;
+    if (a.length <= int64_t(per_block) * max_cluster)
+      return launch_strided<T, Op, 256 / BY, BY, 16, true, 1, VI, MB>(a, stream, blocks_for(per_block));
   }
   // Items held per thread, in 32-bit registers' worth: doubles take two.
   constexpr int R = sizeof(T) > 4 ? 2 : 1;
@@ -446,8 +563,10 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
   // Short columns: several per thread, so that a thread keeps up to 64 values in flight.
   if (a.length <= 4 / R) return launch_strided<T, Op, BX, 1, 4 / R, true, 16 / R, 1, MB>(a, stream);
   if (a.length <= 64 / R) return launch_strided<T, Op, BX, 1, 64 / R, true, 1, 1, MB>(a, stream);
-  if (a.length <= 8 * 64 / R) return launch_strided<T, Op, 32, 8, 64 / R, true, 1, 1, MB>(a, stream);
-  // Long columns are read twice (the second time mostly from L2).
+  constexpr int per_block = 8 * 64 / R;
+  if (a.length <= int64_t(per_block) * max_cluster)
+    return launch_strided<T, Op, 32, 8, 64 / R, true, 1, 1, MB>(a, stream, blocks_for(per_block));
+  // Longer columns are read twice (the second time partly from L2).
   if (vec) return launch_strided<T, Op, 32, 8, 1, false, 1, VI, MB>(a, stream);
   return launch_strided<T, Op, 32, 32, 1, false, 1, 1, 1>(a, stream);
 }

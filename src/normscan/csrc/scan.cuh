@@ -24,11 +24,17 @@
 #ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
 #define NORMSCAN_SCAN_VECS 4
 #endif
-#ifndef NORMSCAN_SCAN_MINB  // resident blocks per SM asked of the row scan
-#define NORMSCAN_SCAN_MINB 2
+#ifndef NORMSCAN_SCAN_THREADS  // resident threads per SM asked of the row scan
+#define NORMSCAN_SCAN_THREADS 1024
+#endif
+#ifndef NORMSCAN_LOOKBACK_BLOCK  // threads per look-back tile
+#define NORMSCAN_LOOKBACK_BLOCK 512
 #endif
 #ifndef NORMSCAN_LOOKBACK_VECS  // vectors per thread in a look-back tile
 #define NORMSCAN_LOOKBACK_VECS 8
+#endif
+#ifndef NORMSCAN_LOOKBACK_MINB  // resident look-back blocks per SM asked of the compiler
+#define NORMSCAN_LOOKBACK_MINB 3
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
@@ -51,15 +57,29 @@ __device__ __forceinline__ scan_acc_t<T> to_scan(T v) { return static_cast<scan_
 template <typename T>
 __device__ __forceinline__ T from_scan(scan_acc_t<T> v) { return Convert<T>::from_acc(static_cast<acc_t<T>>(v)); }
 
-// Flag publication between blocks: release orders the value stores before the flag,
-// acquire orders the flag before the value loads; values go through L2 (__stcg/__ldcg).
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
+// Look-back values between blocks. A value is its own flag: the workspace starts all ones
+// (a NaN that no published value has: NaNs are published as the canonical NaN), so a
+// single 4- or 8-byte load, single-copy atomic, both tests and reads it (a separate flag
+// would put a second dependent round trip to L2 on every step of the look-back).
+__device__ __forceinline__ bool unpublished(double v) { return __double_as_longlong(v) == -1ll; }
+__device__ __forceinline__ bool unpublished(float v) { return __float_as_uint(v) == 0xffffffffu; }
+__device__ __forceinline__ double load_published(const double* p) {
+  unsigned long long b;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(b) : "l"(p) : "memory");
+  return __longlong_as_double(static_cast<long long>(b));
 }
-__device__ __forceinline__ void store_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ float load_published(const float* p) {
+  unsigned b;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(b) : "l"(p) : "memory");
+  return __uint_as_float(b);
+}
+__device__ __forceinline__ void publish(double* p, double v) {
+  if (v != v) v = __longlong_as_double(0x7ff8000000000000ll);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(__double_as_longlong(v)) : "memory");
+}
+__device__ __forceinline__ void publish(float* p, float v) {
+  if (v != v) v = __uint_as_float(0x7fc00000u);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(__float_as_uint(v)) : "memory");
 }
 
 template <typename T> struct ScanArgs {
@@ -72,11 +92,11 @@ template <typename T> struct ScanArgs {
   bool exclusive;  // y[i] combines x[0..i) instead of x[0..i]
 };
 
-// Look-back state, one entry per tile; `flags` and `ticket` must be zero at launch.
+// Look-back state, one entry per tile; at launch `ticket` is zero and every bit of the
+// aggregates and inclusive prefixes is one (unpublished).
 template <typename A> struct LookbackState {
-  int* flags;  // 0: nothing yet, 1: aggregate published, 2: inclusive prefix published
-  A* aggregates;
-  A* inclusives;
+  A* aggregates;  // the tile alone
+  A* inclusives;  // everything up to and including the tile
   unsigned long long* ticket;  // hands out tiles in launch order, so predecessors always run
 };
 
@@ -113,8 +133,9 @@ template <typename T, int V> struct ScanRow {
   __device__ __forceinline__ int64_t vec_start(int64_t j) const {
     return s.head + (reverse ? s.nvec - 1 - j : j) * V;
   }
+  __device__ __forceinline__ const T* vec_ptr(int64_t j) const { return x + vec_start(j); }
   __device__ __forceinline__ Vec<T, V> load(int64_t j) const {
-    Vec<T, V> v = load_vec<T, V>(x + vec_start(j));
+    Vec<T, V> v = load_vec<T, V>(vec_ptr(j));
     if (reverse) flip(&v);
     return v;
   }
@@ -171,6 +192,13 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
     for (int k = 0; k < NV; ++k)
       if (index(first, k) < end) buf[k] = r.load(index(first, k));
   }
+  // The same vectors copied into shared memory instead (cp.async): slot k of this thread at
+  // slots[k * BLOCK + threadIdx.x].
+  static __device__ __forceinline__ void stage(const ScanRow<T, V>& r, int64_t first, int64_t end, uint4* slots) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (index(first, k) < end) cp_async16(&slots[k * BLOCK + threadIdx.x], r.vec_ptr(index(first, k)));
+  }
   // Warp-level scans of the held vectors (invalid ones count as the identity).
   __device__ __forceinline__ void scan_warp(int64_t first, int64_t end) {
     const int lane = threadIdx.x % 32;
@@ -210,7 +238,7 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
 
 // ---------------------------------------------------------------- rows
 template <typename T, typename Op, int V, int BLOCK, int NV>
-__global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_MINB) scan_rows_kernel(ScanArgs<T> a) {
+__global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_THREADS / BLOCK) scan_rows_kernel(ScanArgs<T> a) {
   using A = scan_acc_t<T>;
   using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
@@ -231,16 +259,25 @@ __global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_MINB) scan_rows_kernel(Sc
 }
 
 // ---------------------------------------------------------------- rows, look-back
-// Tile t of the grid is chunk (t % tiles_per_row) of row (t / tiles_per_row). The first
-// tile of a row also scans the front elements, the last one the back elements.
-template <typename T, typename Op, int V, int BLOCK, int NV>
-__global__ void __launch_bounds__(BLOCK) scan_lookback_kernel(ScanArgs<T> a, LookbackState<scan_acc_t<T>> st,
-                                                              int64_t tiles_per_row) {
+// Tile t is chunk (t % tiles_per_row) of row (t / tiles_per_row); a ticket counter hands the
+// tiles out in order, so every predecessor of a tile belongs to a running block. A tile
+// waits on round trips (its ticket, its loads, the look-back) that nothing in its block can
+// overlap, so the tile is held in shared memory rather than registers: several blocks fit
+// on each SM and overlap one another's waits. The first tile of a row also scans the front
+// elements, the last one the back elements.
+template <typename T, typename Op, int V, int BLOCK, int NV, int MINB>
+__global__ void __launch_bounds__(BLOCK, MINB)
+    scan_lookback_kernel(ScanArgs<T> a, LookbackState<scan_acc_t<T>> st, int64_t tiles_per_row) {
   using A = scan_acc_t<T>;
   using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
-  __shared__ A totals[Chunk::WARPS];
+  constexpr int WARPS = BLOCK / 32;
+  __shared__ A totals[WARPS];
   __shared__ int64_t s_tile;
   __shared__ A s_prefix;
+  extern __shared__ uint4 slots[];  // the tile: NV * BLOCK vectors
+  const int lane = threadIdx.x % 32;
+  // (Taking tiles in block order instead, without the ticket, measured 0.8% faster: not
+  // worth a hang on a GPU that starts blocks out of order.)
   if (threadIdx.x == 0) s_tile = static_cast<int64_t>(atomicAdd(st.ticket, 1ull));
   __syncthreads();
   const int64_t tile = s_tile;
@@ -248,56 +285,80 @@ __global__ void __launch_bounds__(BLOCK) scan_lookback_kernel(ScanArgs<T> a, Loo
   const ScanRow<T, V> r(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
   const int64_t first = c_idx * Chunk::VECS;
   const int64_t end = min(r.s.nvec, first + Chunk::VECS);
-
-  Chunk c;
-  c.load(r, first, end);
+  auto held = [&](int k) {  // this thread's vector k, in scan order
+    Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(&slots[k * BLOCK + threadIdx.x]);
+    if (r.reverse) ScanRow<T, V>::flip(&v);
+    return v;
+  };
+  auto combine = [&](const Vec<T, V>& v) {
+    A t = Op::template identity<A>();
+#pragma unroll
+    for (int i = 0; i < V; ++i) t = Op::apply(t, to_scan<T>(v.v[i]));
+    return t;
+  };
+  Chunk::stage(r, first, end, slots);
   const A front = c_idx == 0 ? r.template scan_front<Op>(Op::template identity<A>(), a.exclusive)
                              : Op::template identity<A>();
-  c.scan_warp(first, end);
-  c.scan_block(totals);
-  const A aggregate = Op::apply(front, c.total);
+  cp_async_wait_all();  // a thread reads only the slots it copied itself
+
+  // The tile's aggregate and each warp's exclusive prefix (the ops commute: each thread may
+  // combine its own vectors first).
+  A mine = Op::template identity<A>();
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+    if (Chunk::index(first, k) < end) mine = Op::apply(mine, combine(held(k)));
+  A total;
+  const A warp_prefix = block_exclusive_scan_warps<Op, WARPS>(warp_reduce<Op>(mine), totals, &total);
+  const A aggregate = Op::apply(front, total);
 
   if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
     A prefix = Op::template identity<A>();
     if (c_idx == 0) {
-      if (lane == 0) {
-        __stcg(&st.inclusives[tile], aggregate);
-        store_release(&st.flags[tile], 2);
-      }
+      if (lane == 0) publish(&st.inclusives[tile], aggregate);
     } else {
-      if (lane == 0) {
-        __stcg(&st.aggregates[tile], aggregate);
-        store_release(&st.flags[tile], 1);
-      }
+      if (lane == 0) publish(&st.aggregates[tile], aggregate);
       // Walk back 32 predecessors at a time, up to the nearest inclusive prefix.
       // Chunk j < c_idx of this row is tile row_tile0 + j; j < 0: before the row.
       const int64_t row_tile0 = tile - c_idx;
       for (int j = static_cast<int>(c_idx) - 1 - lane;; j -= 32) {
-        int f = 2;
+        bool inclusive = true;
         A v = Op::template identity<A>();
         if (j >= 0) {
-          do {
-            f = load_acquire(&st.flags[row_tile0 + j]);
-          } while (f == 0);
-          v = __ldcg(f == 2 ? &st.inclusives[row_tile0 + j] : &st.aggregates[row_tile0 + j]);
+          A agg;
+          do {  // both loads in flight at once
+            v = load_published(&st.inclusives[row_tile0 + j]);
+            agg = load_published(&st.aggregates[row_tile0 + j]);
+          } while (unpublished(v) && unpublished(agg));
+          inclusive = !unpublished(v);
+          if (!inclusive) v = agg;
         }
-        const unsigned inclusive_lanes = __ballot_sync(kFullMask, f == 2);
+        const unsigned inclusive_lanes = __ballot_sync(kFullMask, inclusive);
         const int stop = inclusive_lanes ? __ffs(inclusive_lanes) - 1 : 31;
         prefix = Op::apply(warp_reduce<Op>(lane <= stop ? v : Op::template identity<A>()), prefix);
         if (inclusive_lanes) break;
       }
-      if (lane == 0) {
-        __stcg(&st.inclusives[tile], Op::apply(prefix, aggregate));
-        store_release(&st.flags[tile], 2);
-      }
+      if (lane == 0) publish(&st.inclusives[tile], Op::apply(prefix, aggregate));
     }
     if (lane == 0) s_prefix = prefix;
   }
   __syncthreads();
   const A carry = Op::apply(s_prefix, front);
-  c.store(r, first, end, carry, a.exclusive);
-  if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(carry, c.total), a.exclusive);
+  // The scan proper, one warp-wide vector column at a time.
+  A run = Op::apply(carry, warp_prefix);
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const bool valid = Chunk::index(first, k) < end;
+    const Vec<T, V> v = valid ? held(k) : Vec<T, V>{};
+    const A inc = warp_inclusive_scan<Op>(valid ? combine(v) : Op::template identity<A>(), lane);
+    const A before = __shfl_up_sync(kFullMask, inc, 1);
+    if (valid) {
+      Vec<T, V> out;
+      scan_items<Op>(v, &out, Op::apply(run, lane == 0 ? Op::template identity<A>() : before), a.exclusive);
+      r.store(Chunk::index(first, k), out);
+    }
+    run = Op::apply(run, __shfl_sync(kFullMask, inc, 31));
+  }
+  if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(carry, total), a.exclusive);
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
@@ -384,12 +445,19 @@ __global__ void __launch_bounds__(BX * BY, 2) scan_strided_kernel(ScanArgs<T> a)
 // ---------------------------------------------------------------- launchers
 constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
 constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
+constexpr int kLookbackBlock = NORMSCAN_LOOKBACK_BLOCK;
 constexpr int kLookbackVecs = NORMSCAN_LOOKBACK_VECS;
+
+template <typename T, typename Op, int V, int BLOCK>
+inline cudaError_t launch_scan_rows(const ScanArgs<T>& a, cudaStream_t stream) {
+  return launch_units<scan_rows_kernel<T, Op, V, BLOCK, kScanVecs>>(Grid::PerUnit, dim3(BLOCK), 1, a.outer, 0, stream,
+                                                                     a);
+}
 
 template <typename T, typename Op, int ITEMS, int VI>
 inline cudaError_t launch_scan_strided(const ScanArgs<T>& a, cudaStream_t stream) {
   const int64_t cols = a.outer * ceil_div(a.inner, 32 * VI);
-  return launch_persistent<scan_strided_kernel<T, Op, 32, 8, ITEMS, VI>>(dim3(32, 8), 1, cols, 0, stream, a);
+  return launch_units<scan_strided_kernel<T, Op, 32, 8, ITEMS, VI>>(Grid::PerUnit, dim3(32, 8), 1, cols, 0, stream, a);
 }
 
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
@@ -401,7 +469,7 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) return 0;
   if (a.outer >= int64_t(4) * sms || a.length <= chunk || a.outer * a.length < (int64_t(1) << 22)) return 0;
   const int64_t nvec = a.length / vec16<T>();  // whole vectors in the best-aligned row
-  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kScanBlock) * kLookbackVecs);
+  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kLookbackBlock) * kLookbackVecs);
 }
 
 // Bytes of look-back workspace for these arguments (0: none needed).
@@ -411,7 +479,7 @@ inline cudaError_t scan_workspace_bytes(const ScanArgs<T>& a, int64_t* bytes) {
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
   const int64_t tiles = a.outer * scan_lookback_tiles_per_row(a, d.sms);
-  *bytes = tiles == 0 ? 0 : 16 + tiles * static_cast<int64_t>(sizeof(int) + 2 * sizeof(scan_acc_t<T>));
+  *bytes = tiles == 0 ? 0 : 16 + tiles * static_cast<int64_t>(2 * sizeof(scan_acc_t<T>));
   return cudaSuccess;
 }
 
@@ -434,20 +502,25 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
       st.ticket = reinterpret_cast<unsigned long long*>(base);
       st.aggregates = reinterpret_cast<A*>(base + 16);
       st.inclusives = st.aggregates + tiles;
-      st.flags = reinterpret_cast<int*>(st.inclusives + tiles);
       err = cudaMemsetAsync(st.ticket, 0, 16, stream);
       if (err != cudaSuccess) return err;
-      err = cudaMemsetAsync(st.flags, 0, tiles * sizeof(int), stream);
+      err = cudaMemsetAsync(st.aggregates, 0xff, 2 * tiles * sizeof(A), stream);
       if (err != cudaSuccess) return err;
-      scan_lookback_kernel<T, Op, V, kScanBlock, kLookbackVecs>
-          <<<static_cast<unsigned>(tiles), kScanBlock, 0, stream>>>(a, st, tiles_per_row);
-      return cudaGetLastError();
+      constexpr size_t smem = size_t(kLookbackVecs) * kLookbackBlock * 16;
+      // (fp64, and 16-bit types on sm_80, spill at 3 blocks of 512 threads.)
+      constexpr int minb = sizeof(T) == 4 ? NORMSCAN_LOOKBACK_MINB : 2;
+      return launch_units<scan_lookback_kernel<T, Op, V, kLookbackBlock, kLookbackVecs, minb>>(
+          Grid::PerUnit, dim3(kLookbackBlock), 1, tiles, smem, stream, a, st, tiles_per_row);
     }
-    if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer))
-      return launch_persistent<scan_rows_kernel<T, Op, V, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer, 0,
-                                                                                    stream, a);
-    return launch_persistent<scan_rows_kernel<T, Op, 1, kScanBlock, kScanVecs>>(dim3(kScanBlock), 1, a.outer, 0,
-                                                                                 stream, a);
+    if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
+      // The smallest block whose chunk holds the row: a chunk half empty halves the bytes
+      // in flight.
+      const int64_t nvec = a.length / V;
+      if (nvec <= 128 * kScanVecs) return launch_scan_rows<T, Op, V, 128>(a, stream);
+      if (nvec <= 256 * kScanVecs) return launch_scan_rows<T, Op, V, 256>(a, stream);
+      return launch_scan_rows<T, Op, V, kScanBlock>(a, stream);
+    }
+    return launch_scan_rows<T, Op, 1, kScanBlock>(a, stream);
   }
   if (inner_vectorizable(a, V)) return launch_scan_strided<T, Op, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, V>(a, stream);
   return launch_scan_strided<T, Op, NORMSCAN_SCAN_STRIDED_ITEMS, 1>(a, stream);
