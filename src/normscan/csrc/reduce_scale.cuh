@@ -333,6 +333,9 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
   crank = static_cast<int>(cluster.block_rank());
   // Column sums of each block of the cluster, pushed by that block.
   __shared__ A cta_sum[2][CLUSTERED ? 8 : 1][CLUSTERED ? TILE : 1];
+  // A block may write another's shared memory only once that block has started
+  // (compute-sanitizer's racecheck flagged the first push without this barrier).
+  if (CLUSTERED && csize > 1) cluster.sync();
 #endif
   const int64_t tiles_inner = (a.inner + TILE - 1) / TILE;
   const int64_t ntiles = a.outer * tiles_inner;
