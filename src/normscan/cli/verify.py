@@ -71,6 +71,16 @@ def _values(shape, dtype, device, dist: str, gen: torch.Generator) -> torch.Tens
         sign = torch.randint(0, 2, shape, generator=gen, device=device) * 2 - 1
         x = x * sign
         x[torch.rand(shape, generator=gen, device=device) < 1e-4] = 0
+    elif dist == "walk":  # long running products, no zeros, random signs; the log of the
+        # product is a driftless walk that stays inside the dtype's range
+        if dtype.itemsize == 2:  # rounding exp(noise) to 8 or 11 bits biases the walk: +-1,
+            # and 2 or 1/2 a few times a row (exact, so the carries alone decide the result)
+            u = torch.rand(shape, generator=gen, device=device, dtype=f)
+            p = 4 / max(shape[-1], 1)
+            x = torch.where(u < p, 2.0, torch.where(u < 2 * p, 0.5, 1.0)).to(f)
+        else:  # 4 sigma sqrt(2**24) = 65 < ln(FLT_MAX)
+            x = torch.exp(4e-3 * torch.randn(shape, generator=gen, device=device, dtype=f))
+        x = x * (torch.randint(0, 2, shape, generator=gen, device=device) * 2 - 1)
     else:
         raise ValueError(dist)
     return x.to(dtype)
@@ -144,11 +154,19 @@ def cases(quick: bool = False, huge: bool = True) -> list[Case]:
             for rev, exc in [(True, False), (False, True), (True, True)]:
                 # (3, 2**22+5): several look-back rows, each aligned differently.
                 for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((3, (1 << 22) + 5), 1)]:
+                    d = "walk" if op == "prod" and shape[-1] > 1 << 20 else dist
                     out.append(Case(f"{op} {shape} dim={dim} reverse={rev} exclusive={exc}", op,
-                                    maker(shape, torch.float32, dist), dim, reverse=rev, exclusive=exc))
-            out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, dist), 1))
+                                    maker(shape, torch.float32, d), dim, reverse=rev, exclusive=exc))
+            # Long rows go to the look-back kernel. Products of "near1" values reach their
+            # first zero within ~10**4 elements, after which every carry is 0: only inputs
+            # without zeros check the carries across the whole row.
+            long_dist = "walk" if op == "prod" else dist
+            out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, long_dist), 1))
             out.append(Case(f"{op} few long rows (4, 2**22+1) bf16", op,
-                            maker((4, (1 << 22) + 1), torch.bfloat16, dist), 1))
+                            maker((4, (1 << 22) + 1), torch.bfloat16, long_dist), 1))
+            for dtype in (torch.float16, torch.float64):  # the look-back kernel's other instantiations
+                out.append(Case(f"{op} few long rows (2, 2**22+3) {_dt(dtype)}", op,
+                                maker((2, (1 << 22) + 3), dtype, long_dist), 1))
         if op == "rms":
             out.append(Case("rms eps=0 zero row", "rms", maker((4, 515), torch.float32, specials=_zero_row), 1, eps=0.0))
             for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
