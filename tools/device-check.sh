@@ -3,14 +3,15 @@
 # go to $OUT (the device tool's output folder; ./device-out elsewhere). The checkout that
 # travels has no .git: write the commit first, `git rev-parse --short HEAD > .device-commit`,
 # and name .device-commit in the call's carry.
-# Usage: tools/device-check.sh [tests|cases|huge|bench|sweep|tune|ncu|sanitize|kernels]...   (default: tests bench)
+# Usage: tools/device-check.sh [tests|cases|huge|bench|sweep|tune|ncu|sanitize|kernels|verify]...   (default: tests bench)
 #   cases: the float64 cases alone (no exports, no build tests); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
 #   built in the background while the earlier steps run; ncu: DRAM bytes of the long-row
 #   and channel kernels (ncu's own counters), and where the channel kernel's warps stall;
 #   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck;
-#   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy), built there.
-# Seen on an H100 (2026-11-21): build 43-59 s; tests without the >2**31 cases 6.5-8 min (the
+#   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy), built there;
+#   verify: `normscan verify`, every case including the >2**31-element ones (~1 min).
+# Seen on an H100 (2026-11-21/22): build 43-59 s; tests without the >2**31 cases 6-8 min (the
 # exported-solution and build-kill tests build the kernels again), the >2**31 cases seconds,
 # cases ~5 s; bench ~1 min; the sweeps ~1 min; sanitize ~2 min. A call may run 10 minutes.
 set -uo pipefail
@@ -49,6 +50,7 @@ for step in $steps; do
               done ;;
     kernels) nvcc -O3 -std=c++17 -arch=sm_90 -I src/normscan/csrc tools/kernel_bench.cu -o /tmp/kernel_bench \
                && /tmp/kernel_bench --rounds 2 2>&1 | tee "$OUT/kernels.log" | tail -50 || status=1 ;;
+    verify) python3 -m normscan verify > "$OUT/verify.log" 2>&1 || status=1; tail -1 "$OUT/verify.log" ;;
     *) echo "unknown step $step" >&2; status=2 ;;
   esac
 done
