@@ -1,6 +1,7 @@
 """The command line on any machine: arguments, the no-GPU path, the JSON record, the plot, exports."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from normscan import cli
-from normscan.cli import bench, export
+from normscan.cli import bench, export, verify
 from normscan.problems import PROBLEMS
 
 
@@ -107,3 +108,17 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
 def test_checker_patterns_can_fail():
     assert re.search(FORBIDDEN[3], _strip("x = 1\npass\n"))
     assert not re.search(FORBIDDEN[3], _strip("x = 1  # pass\n"))
+
+
+def test_rel_error_takes_overflow_in_the_output_dtype():
+    """An exact result beyond float32's range is inf in float32, as PyTorch's op gives it;
+    a finite output there, or inf where the rounded result is finite, is still a mismatch."""
+    ref = torch.tensor([1.0, 1e39, -1e39, 2.0**127], dtype=torch.float64)
+    ok = torch.tensor([1.0, math.inf, -math.inf, 2.0**127], dtype=torch.float32)
+    assert verify.rel_error(ok, ref) == (0.0, "")
+    finite_there = torch.tensor([1.0, 3.4e38, -math.inf, 2.0**127], dtype=torch.float32)
+    assert verify.rel_error(finite_there, ref)[1] == "inf mismatch"
+    wrong_sign = torch.tensor([1.0, -math.inf, -math.inf, 2.0**127], dtype=torch.float32)
+    assert verify.rel_error(wrong_sign, ref)[1] == "inf mismatch"
+    inf_too_early = torch.tensor([1.0, math.inf, -math.inf, math.inf], dtype=torch.float32)
+    assert verify.rel_error(inf_too_early, ref)[1] == "inf mismatch"
