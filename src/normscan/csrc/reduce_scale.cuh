@@ -2,13 +2,15 @@
 // seen as (outer, length, inner). L2, L1 and RMS normalisation differ only in their functor.
 //
 // Kernels, by layout:
-//   rows     (inner == 1, rows contiguous): each row is held in registers, by a group of
-//            threads, a block, or a thread-block cluster (Hopper) that exchanges one
-//            partial sum through distributed shared memory; x is read from DRAM once.
-//   reread   (rows too long for registers, or x and y rows aligned differently): one
-//            block per row reads the row twice, scalar loads.
+//   rows     (inner == 1, rows contiguous): each row is held on chip (registers, then
+//            shared memory), by a group of threads, a block, or a thread-block cluster
+//            (Hopper) that exchanges one partial sum through distributed shared memory;
+//            x is read from DRAM once.
+//   reread   (rows longer than 8 clusters hold, or x and y rows aligned differently): one
+//            block per row reads the row twice, 16-byte vectors where the alignment allows.
 //   strided  (inner > 1): threads along inner (coalesced), each holding its column's
-//            values in registers when they fit, else reading the column twice.
+//            values in registers when they fit; longer columns are split over a cluster
+//            (Hopper) whose blocks exchange column sums; longer still, read twice.
 #pragma once
 
 #include "launch.cuh"
