@@ -62,7 +62,7 @@ class RMSNorm(nn.Module):
 
 
 class _Scan(nn.Module):
-    _fn = staticmethod(ops.cumsum)
+    """A scan along ``dim``; subclasses name the op as ``_fn``."""
 
     def __init__(self, dim: int, reverse: bool = False, exclusive: bool = False):
         super().__init__()

@@ -42,6 +42,21 @@
 
 namespace normscan {
 
+#ifdef NORMSCAN_CLUSTERS
+namespace cg = cooperative_groups;
+#endif
+
+// This block's place in its thread-block cluster: .x the cluster's size, .y the block's
+// rank (1 and 0 where there are no clusters).
+__device__ __forceinline__ int2 cluster_place() {
+#ifdef NORMSCAN_CLUSTERS
+  const cg::cluster_group cluster = cg::this_cluster();
+  return make_int2(static_cast<int>(cluster.num_blocks()), static_cast<int>(cluster.block_rank()));
+#else
+  return make_int2(1, 0);
+#endif
+}
+
 template <typename T> struct ReduceScaleArgs {
   const T* x;
   T* y;
@@ -105,13 +120,8 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
   extern __shared__ uint4 held[];
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int csize = 1, crank = 0;
-#ifdef NORMSCAN_CLUSTERS
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  csize = static_cast<int>(cluster.num_blocks());
-  crank = static_cast<int>(cluster.block_rank());
-#endif
+  const int2 place = cluster_place();
+  const int csize = place.x, crank = place.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
 
@@ -201,9 +211,9 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     if (csize > 1) {
       // One partial per block crosses the cluster; every warp sums them in rank order.
       if (threadIdx.x == 0) cta_part[parity] = sum;
-      cluster.sync();
+      cg::this_cluster().sync();
       A c = A(0);
-      if (lane < csize) c = *cluster.map_shared_rank(&cta_part[parity], lane);
+      if (lane < csize) c = *cg::this_cluster().map_shared_rank(&cta_part[parity], lane);
       sum = warp_reduce<SumOp>(c);
     }
 #endif
@@ -231,7 +241,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
   }
 #ifdef NORMSCAN_CLUSTERS
   // No block may leave while another can still read its shared memory.
-  if (csize > 1) cluster.sync();
+  if (csize > 1) cg::this_cluster().sync();
 #endif
 }
 
@@ -323,21 +333,18 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
   constexpr int TILE = BX * CPT * VI;        // positions along inner per tile
   constexpr bool PREFETCH = strided_prefetches<T, IN_REGS, VI>();
   constexpr int NT = BX * BY;
-  constexpr bool CLUSTERED = IN_REGS && BY > 1;  // the launchers cluster only such blocks
   __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
   extern __shared__ uint4 ahead[];  // PREFETCH: vector (c, k) of thread i at ahead[(c * HELD + k) * NT + i]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
-  int csize = 1, crank = 0;
+  const int2 place = cluster_place();
+  const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  csize = static_cast<int>(cluster.num_blocks());
-  crank = static_cast<int>(cluster.block_rank());
+  constexpr bool CLUSTERED = IN_REGS && BY > 1;  // the launchers cluster only such blocks
   // Column sums of each block of the cluster, pushed by that block.
   __shared__ A cta_sum[2][CLUSTERED ? 8 : 1][CLUSTERED ? TILE : 1];
   // A block may write another's shared memory only once that block has started
   // (compute-sanitizer's racecheck flagged the first push without this barrier).
-  if (CLUSTERED && csize > 1) cluster.sync();
+  if (CLUSTERED && csize > 1) cg::this_cluster().sync();
 #endif
   const int64_t tiles_inner = (a.inner + TILE - 1) / TILE;
   const int64_t ntiles = a.outer * tiles_inner;
@@ -435,9 +442,9 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
           A col = A(0);
 #pragma unroll
           for (int k = 0; k < BY; ++k) col += part[parity][k][j];
-          for (int r = 0; r < csize; ++r) *cluster.map_shared_rank(&cta_sum[parity][crank][j], r) = col;
+          for (int r = 0; r < csize; ++r) *cg::this_cluster().map_shared_rank(&cta_sum[parity][crank][j], r) = col;
         }
-        cluster.sync();
+        cg::this_cluster().sync();
 #pragma unroll
         for (int c = 0; c < CPT; ++c)
 #pragma unroll
@@ -476,7 +483,7 @@ __global__ void __launch_bounds__(BX * BY, MINB) reduce_scale_strided_kernel(Red
   }
 #ifdef NORMSCAN_CLUSTERS
   // No block may leave while another can still read its shared memory.
-  if (csize > 1) cluster.sync();
+  if (csize > 1) cg::this_cluster().sync();
 #endif
 }
 

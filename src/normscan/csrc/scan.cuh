@@ -100,6 +100,15 @@ template <typename A> struct LookbackState {
   unsigned long long* ticket;  // hands out tiles in launch order, so predecessors always run
 };
 
+// All N values of a vector combined, in the running value's type.
+template <typename Op, typename T, int N>
+__device__ __forceinline__ scan_acc_t<T> combine(const Vec<T, N>& in) {
+  scan_acc_t<T> t = Op::template identity<scan_acc_t<T>>();
+#pragma unroll
+  for (int i = 0; i < N; ++i) t = Op::apply(t, to_scan<T>(in.v[i]));
+  return t;
+}
+
 // Writes the scan of `n` values starting from `run`; returns the running value after them.
 // Inclusive: out[i] = run . v[0..i]; exclusive: out[i] = run . v[0..i).
 template <typename Op, typename T, int N>
@@ -205,11 +214,7 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
     A run = Op::template identity<A>();
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      A t = Op::template identity<A>();
-      if (index(first, k) < end) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) t = Op::apply(t, to_scan<T>(buf[k].v[i]));
-      }
+      const A t = index(first, k) < end ? combine<Op>(buf[k]) : Op::template identity<A>();
       const A inc = warp_inclusive_scan<Op>(t, lane);
       const A up = __shfl_up_sync(kFullMask, inc, 1);
       pre[k] = Op::apply(run, lane == 0 ? Op::template identity<A>() : up);
@@ -290,12 +295,6 @@ __global__ void __launch_bounds__(BLOCK, MINB)
     if (r.reverse) ScanRow<T, V>::flip(&v);
     return v;
   };
-  auto combine = [&](const Vec<T, V>& v) {
-    A t = Op::template identity<A>();
-#pragma unroll
-    for (int i = 0; i < V; ++i) t = Op::apply(t, to_scan<T>(v.v[i]));
-    return t;
-  };
   Chunk::stage(r, first, end, slots);
   const A front = c_idx == 0 ? r.template scan_front<Op>(Op::template identity<A>(), a.exclusive)
                              : Op::template identity<A>();
@@ -306,7 +305,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   A mine = Op::template identity<A>();
 #pragma unroll
   for (int k = 0; k < NV; ++k)
-    if (Chunk::index(first, k) < end) mine = Op::apply(mine, combine(held(k)));
+    if (Chunk::index(first, k) < end) mine = Op::apply(mine, combine<Op>(held(k)));
   A total;
   const A warp_prefix = block_exclusive_scan_warps<Op, WARPS>(warp_reduce<Op>(mine), totals, &total);
   const A aggregate = Op::apply(front, total);
@@ -349,7 +348,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   for (int k = 0; k < NV; ++k) {
     const bool valid = Chunk::index(first, k) < end;
     const Vec<T, V> v = valid ? held(k) : Vec<T, V>{};
-    const A inc = warp_inclusive_scan<Op>(valid ? combine(v) : Op::template identity<A>(), lane);
+    const A inc = warp_inclusive_scan<Op>(valid ? combine<Op>(v) : Op::template identity<A>(), lane);
     const A before = __shfl_up_sync(kFullMask, inc, 1);
     if (valid) {
       Vec<T, V> out;
