@@ -14,20 +14,20 @@ namespace normscan {
 enum class Grid { PerUnit, Persistent };
 
 // Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
-// memory (fixed per kernel) over `units` units of `cluster` blocks. A persistent grid's
-// size is measured once per kernel, device and cluster size.
+// memory (fixed per kernel) over `units` units of `cluster` blocks. Residency is measured
+// once per kernel, device and cluster size.
 template <auto kernel, typename... Args>
 inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
                                 const Args&... args) {
   constexpr int kMaxDevices = 64;
   constexpr int kMaxCluster = 8;
-  static bool smem_set[kMaxDevices] = {};
   // Resident clusters per device and cluster size; 0 = not measured yet.
   static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
   if (dev >= kMaxDevices || cluster < 1 || cluster > kMaxCluster) return cudaErrorInvalidValue;
+  const int nthreads = static_cast<int>(threads.x * threads.y * threads.z);
 
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
@@ -42,30 +42,26 @@ inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t un
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
-  if (smem > 48 * 1024 && !smem_set[dev]) {  // above the default limit a kernel must opt in, once per device
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-    smem_set[dev] = true;
-  }
-  int64_t max_units = 0x7fffffff / cluster;  // the grid's limit
-  if (grid == Grid::Persistent) {
-    int64_t& fit = resident[dev][cluster];
-    if (fit == 0) {
-      int64_t n = 0;
-      if (cluster == 1) {
-        err = resident_blocks(kernel, static_cast<int>(threads.x * threads.y * threads.z), smem, &n);
-      } else {
-        int c = 0;
-        cfg.gridDim = dim3(cluster, 1, 1);
-        err = cudaOccupancyMaxActiveClusters(&c, kernel, &cfg);
-        n = c;
-      }
+  int64_t& fit = resident[dev][cluster];
+  if (fit == 0) {
+    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in, once per device
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
-      fit = n > 0 ? n : 1;
     }
-    max_units = fit;
+    int64_t n = 0;
+    if (cluster == 1) {
+      err = resident_blocks(kernel, nthreads, smem, &n);
+    } else {
+      int c = 0;
+      cfg.gridDim = dim3(cluster, 1, 1);
+      err = cudaOccupancyMaxActiveClusters(&c, kernel, &cfg);
+      n = c;
+    }
+    if (err != cudaSuccess) return err;
+    fit = n > 0 ? n : 1;
   }
-  cfg.gridDim = dim3(static_cast<unsigned>(min64(units, max_units) * cluster), 1, 1);
+  const int64_t grid_units = min64(units, grid == Grid::Persistent ? fit : 0x7fffffff / cluster);
+  cfg.gridDim = dim3(static_cast<unsigned>(grid_units * cluster), 1, 1);
   err = cudaLaunchKernelEx(&cfg, kernel, args...);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();
