@@ -65,6 +65,10 @@ const Case kCases[] = {
     {"cumsum 4096x4096", Op::CumSum, DType::F32, 4096, 4096, 1},
     {"cumprod 8192x16384", Op::CumProd, DType::F32, 8192, 16384, 1},
     {"cumprod 16x2**24", Op::CumProd, DType::F32, 16, int64_t(1) << 24, 1},
+    // Small look-back cases (every line checked): unaligned rows, several rows, bf16.
+    {"lb cumprod 3x4194309", Op::CumProd, DType::F32, 3, 4194309, 1},
+    {"lb cumsum 64x65539", Op::CumSum, DType::F32, 64, 65539, 1},
+    {"lb cumsum 64x65539 bf16", Op::CumSum, DType::BF16, 64, 65539, 1},
 };
 
 // ------------------------------------------------------------------ device helpers
@@ -227,9 +231,13 @@ void run_case(const Case& c, Flush& flush, int rounds, int reps, uint64_t seed) 
     };
     launch();  // the checked call: y was poisoned
     CHECK(cudaDeviceSynchronize());
-    // Check first, middle and last lines (and every element of them was written).
+    // Check first, middle and last lines, or all of a small case (and every element was written).
     double err = 0;
     std::vector<int64_t> outs{0, c.outer / 2, c.outer - 1}, ins{0, c.inner / 2, c.inner - 1};
+    if (n <= (int64_t(1) << 24)) {  // small: every line
+      outs.clear();
+      for (int64_t o = 0; o < c.outer; ++o) outs.push_back(o);
+    }
     for (auto* v : {&outs, &ins}) v->erase(std::unique(v->begin(), v->end()), v->end());
     std::vector<T> hx(c.length * c.inner), hy(c.length * c.inner);
     for (int64_t o : outs) {

@@ -27,14 +27,14 @@
 #ifndef NORMSCAN_SCAN_THREADS  // resident threads per SM asked of the row scan
 #define NORMSCAN_SCAN_THREADS 1024
 #endif
-#ifndef NORMSCAN_LOOKBACK_BLOCK  // threads per look-back tile
-#define NORMSCAN_LOOKBACK_BLOCK 512
+#ifndef NORMSCAN_LOOKBACK_BLOCK  // threads per look-back block (warp 0 looks back, the rest hold tiles)
+#define NORMSCAN_LOOKBACK_BLOCK 256
 #endif
-#ifndef NORMSCAN_LOOKBACK_VECS  // vectors per thread in a look-back tile
-#define NORMSCAN_LOOKBACK_VECS 8
+#ifndef NORMSCAN_LOOKBACK_VECS  // vectors per data thread in a look-back tile (two tiles a block)
+#define NORMSCAN_LOOKBACK_VECS 7
 #endif
 #ifndef NORMSCAN_LOOKBACK_MINB  // resident look-back blocks per SM asked of the compiler
-#define NORMSCAN_LOOKBACK_MINB 3
+#define NORMSCAN_LOOKBACK_MINB 4
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
@@ -92,12 +92,14 @@ template <typename T> struct ScanArgs {
   bool exclusive;  // y[i] combines x[0..i) instead of x[0..i]
 };
 
-// Look-back state, one entry per tile; at launch `ticket` is zero and every bit of the
-// aggregates and inclusive prefixes is one (unpublished).
+// Look-back state, one entry per tile. At launch every bit of it is one (one memset): the
+// aggregates and inclusive prefixes are unpublished, and the ticket counter holds 2**64 - 1,
+// so that the first ticket taken wraps to 0.
 template <typename A> struct LookbackState {
   A* aggregates;  // the tile alone
   A* inclusives;  // everything up to and including the tile
   unsigned long long* ticket;  // hands out tiles in launch order, so predecessors always run
+  __device__ __forceinline__ int64_t take_ticket() const { return static_cast<int64_t>(atomicAdd(ticket, 1ull) + 1ull); }
 };
 
 // All N values of a vector combined, in the running value's type.
@@ -160,23 +162,23 @@ template <typename T, int V> struct ScanRow {
       v->v[V - 1 - i] = t;
     }
   }
-  // Running value over the front elements, computed by every thread; thread 0 writes them.
+  // Running value over the front elements, computed by every caller; `writer` writes them.
   template <typename Op>
-  __device__ __forceinline__ scan_acc_t<T> scan_front(scan_acc_t<T> run, bool exclusive) const {
-    for (int64_t e = 0; e < front(); ++e) run = scan_one<Op>(at(e), run, exclusive);
+  __device__ __forceinline__ scan_acc_t<T> scan_front(scan_acc_t<T> run, bool exclusive, bool writer) const {
+    for (int64_t e = 0; e < front(); ++e) run = scan_one<Op>(at(e), run, exclusive, writer);
     return run;
   }
-  // The back elements, after everything else, by thread 0 alone.
+  // The back elements, after everything else, written by `writer`.
   template <typename Op>
-  __device__ __forceinline__ void scan_back(scan_acc_t<T> run, bool exclusive) const {
-    for (int64_t e = n - back(); e < n; ++e) run = scan_one<Op>(at(e), run, exclusive);
+  __device__ __forceinline__ void scan_back(scan_acc_t<T> run, bool exclusive, bool writer) const {
+    for (int64_t e = n - back(); e < n; ++e) run = scan_one<Op>(at(e), run, exclusive, writer);
   }
   template <typename Op>
-  __device__ __forceinline__ scan_acc_t<T> scan_one(int64_t p, scan_acc_t<T> run, bool exclusive) const {
+  __device__ __forceinline__ scan_acc_t<T> scan_one(int64_t p, scan_acc_t<T> run, bool exclusive, bool writer) const {
     const scan_acc_t<T> v = to_scan<T>(x[p]);
-    if (exclusive && threadIdx.x == 0) y[p] = from_scan<T>(run);
+    if (exclusive && writer) y[p] = from_scan<T>(run);
     run = Op::apply(run, v);
-    if (!exclusive && threadIdx.x == 0) y[p] = from_scan<T>(run);
+    if (!exclusive && writer) y[p] = from_scan<T>(run);
     return run;
   }
 };
@@ -200,13 +202,6 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (index(first, k) < end) buf[k] = r.load(index(first, k));
-  }
-  // The same vectors copied into shared memory instead (cp.async): slot k of this thread at
-  // slots[k * BLOCK + threadIdx.x].
-  static __device__ __forceinline__ void stage(const ScanRow<T, V>& r, int64_t first, int64_t end, uint4* slots) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (index(first, k) < end) cp_async16(&slots[k * BLOCK + threadIdx.x], r.vec_ptr(index(first, k)));
   }
   // Warp-level scans of the held vectors (invalid ones count as the identity).
   __device__ __forceinline__ void scan_warp(int64_t first, int64_t end) {
@@ -250,7 +245,7 @@ __global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_THREADS / BLOCK) scan_row
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.outer; row += gridDim.x) {
     const ScanRow<T, V> r(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
-    A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive);
+    A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, threadIdx.x == 0);
     for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
       Chunk c;
       c.load(r, first, r.s.nvec);
@@ -259,65 +254,102 @@ __global__ void __launch_bounds__(BLOCK, NORMSCAN_SCAN_THREADS / BLOCK) scan_row
       c.store(r, first, r.s.nvec, carry, a.exclusive);
       carry = Op::apply(carry, c.total);
     }
-    r.template scan_back<Op>(carry, a.exclusive);
+    r.template scan_back<Op>(carry, a.exclusive, threadIdx.x == 0);
   }
 }
 
 // ---------------------------------------------------------------- rows, look-back
 // Tile t is chunk (t % tiles_per_row) of row (t / tiles_per_row); a ticket counter hands the
-// tiles out in order, so every predecessor of a tile belongs to a running block. A tile
-// waits on round trips (its ticket, its loads, the look-back) that nothing in its block can
-// overlap, so the tile is held in shared memory rather than registers: several blocks fit
-// on each SM and overlap one another's waits. The first tile of a row also scans the front
-// elements, the last one the back elements.
+// tiles out in order. Blocks are persistent and hold two tiles in shared memory: warp 0
+// looks back for the older tile while the other (data) warps take in the newer one and
+// publish its aggregate, so a block keeps loading while it waits on its predecessors. (One
+// row of 2**28, kernel only: one tile a block, waiting idle, 0.92 ms; two, 0.82; with the
+// waits removed, 0.75.) A tile's aggregate waits on nothing but its own loads, and the
+// smallest unfinished ticket is always a tile being looked back: the chain progresses
+// whichever blocks are resident. The data warps meet on arrive/wait barriers, not on a
+// named bar.sync of part of the block, which compute-sanitizer's racecheck misreads (it
+// reported a hazard between a write and a read on either side of a __syncthreads). The
+// first tile of a row also scans the front elements, the last one the back elements.
 template <typename T, typename Op, int V, int BLOCK, int NV, int MINB>
 __global__ void __launch_bounds__(BLOCK, MINB)
     scan_lookback_kernel(ScanArgs<T> a, LookbackState<scan_acc_t<T>> st, int64_t tiles_per_row) {
   using A = scan_acc_t<T>;
-  using Chunk = ScanChunk<T, Op, V, BLOCK, NV>;
-  constexpr int WARPS = BLOCK / 32;
-  __shared__ A totals[WARPS];
-  __shared__ int64_t s_tile;
-  __shared__ A s_prefix;
-  extern __shared__ uint4 slots[];  // the tile: NV * BLOCK vectors
-  const int lane = threadIdx.x % 32;
-  // (Taking tiles in block order instead, without the ticket, measured 0.8% faster: not
-  // worth a hang on a GPU that starts blocks out of order.)
-  if (threadIdx.x == 0) s_tile = static_cast<int64_t>(atomicAdd(st.ticket, 1ull));
-  __syncthreads();
-  const int64_t tile = s_tile;
-  const int64_t row = tile / tiles_per_row, c_idx = tile % tiles_per_row;
-  const ScanRow<T, V> r(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
-  const int64_t first = c_idx * Chunk::VECS;
-  const int64_t end = min(r.s.nvec, first + Chunk::VECS);
-  auto held = [&](int k) {  // this thread's vector k, in scan order
-    Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(&slots[k * BLOCK + threadIdx.x]);
+  using VT = Vec<T, V>;
+  constexpr int DATA = BLOCK - 32;  // threads of the data warps, 1..
+  constexpr int DATA_WARPS = DATA / 32;
+  constexpr int64_t VECS = int64_t(DATA) * NV;  // body vectors of a tile
+  // Each data warp's total, by the block's tile count mod 3: a tile's set is written while
+  // the previous tile's is still being read, and the one before that is free since the
+  // block barrier between.
+  __shared__ A s_wtot[3][DATA_WARPS];
+  __shared__ A s_front[2], s_agg[2], s_prefix[2];  // by buffer
+  __shared__ int64_t s_ticket[2];
+  // Data-thread barriers, a phase a tile (arrive/wait, so warp 0 is not held): every data
+  // thread has its warp's total, then every total is in s_wtot.
+  __shared__ uint64_t s_reduced, s_joined;
+  extern __shared__ uint4 slots[];  // buffer b, vector k of data thread d at [(b * NV + k) * DATA + d]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
+  const int64_t tiles = a.outer * tiles_per_row;
+  auto row_of = [&](int64_t tile) {
+    const int64_t row = tile / tiles_per_row;
+    return ScanRow<T, V>(a.x + row * a.x_so, a.y + row * a.y_so, a.length, a.reverse);
+  };
+  // Data thread d's vector k, warp-striped: data warp w holds [w * 32 * NV, (w + 1) * 32 * NV).
+  auto vindex = [&](int64_t first, int k) { return first + (warp - 1) * 32 * NV + k * 32 + lane; };
+  auto held = [&](const ScanRow<T, V>& r, int b, int k) {  // in scan order
+    VT v = *reinterpret_cast<const VT*>(&slots[(b * NV + k) * DATA + d]);
     if (r.reverse) ScanRow<T, V>::flip(&v);
     return v;
   };
-  Chunk::stage(r, first, end, slots);
-  const A front = c_idx == 0 ? r.template scan_front<Op>(Op::template identity<A>(), a.exclusive)
-                             : Op::template identity<A>();
-  cp_async_wait_all();  // a thread reads only the slots it copied itself
-
-  // The tile's aggregate and each warp's exclusive prefix (the ops commute: each thread may
-  // combine its own vectors first).
-  A mine = Op::template identity<A>();
+  // Data warps: start copying `tile` into buffer b.
+  auto stage = [&](int64_t tile, int b) {
+    if (tile >= tiles) return;
+    const ScanRow<T, V> r = row_of(tile);
+    const int64_t first = (tile % tiles_per_row) * VECS, end = min(r.s.nvec, first + VECS);
 #pragma unroll
-  for (int k = 0; k < NV; ++k)
-    if (Chunk::index(first, k) < end) mine = Op::apply(mine, combine<Op>(held(k)));
-  A total;
-  const A warp_prefix = block_exclusive_scan_warps<Op, WARPS>(warp_reduce<Op>(mine), totals, &total);
-  const A aggregate = Op::apply(front, total);
-
-  if (threadIdx.x < 32) {
+    for (int k = 0; k < NV; ++k)
+      if (vindex(first, k) < end) cp_async16(&slots[(b * NV + k) * DATA + d], r.vec_ptr(vindex(first, k)));
+  };
+  // Data warps: once buffer b has landed, publish its tile's aggregate (its inclusive prefix
+  // for a row's first tile) and take the next ticket into s_ticket[next].
+  unsigned phase = 0;
+  auto take_in = [&](int64_t tile, int b, int set, int next) {
+    const ScanRow<T, V> r = row_of(tile);
+    const int64_t c_idx = tile % tiles_per_row, first = c_idx * VECS, end = min(r.s.nvec, first + VECS);
+    cp_async_wait_all();  // only this tile's copies are in flight; each thread reads its own
+    A mine = Op::template identity<A>();
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (vindex(first, k) < end) mine = Op::apply(mine, combine<Op>(held(r, b, k)));
+    mine = warp_reduce<Op>(mine);
+    // (The first barrier is not needed for correctness: s_wtot has three sets. Without it
+    // one row of 2**28 measured 0.889 ms, with it 0.832, for reasons not yet understood.)
+    mbarrier_arrive(&s_reduced);
+    mbarrier_wait(&s_reduced, phase);
+    if (lane == 0) s_wtot[set][warp - 1] = mine;
+    mbarrier_arrive(&s_joined);  // every data thread: also its reads of the previous tile are done
+    const bool last = d == 0;  // the one data thread that sums the totals
+    if (last) mbarrier_wait(&s_joined, phase);
+    phase ^= 1;
+    if (last) {
+      const A front = c_idx == 0 ? r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, true)
+                                 : Op::template identity<A>();
+      A total = Op::template identity<A>();
+      for (int w = 0; w < DATA_WARPS; ++w) total = Op::apply(total, s_wtot[set][w]);
+      const A aggregate = Op::apply(front, total);
+      s_front[b] = front;
+      s_agg[b] = aggregate;
+      publish(c_idx == 0 ? &st.inclusives[tile] : &st.aggregates[tile], aggregate);
+      s_ticket[next] = st.take_ticket();
+    }
+  };
+  // Warp 0: the prefix of everything before `tile`, whose aggregate is in s_agg[b].
+  auto look_back = [&](int64_t tile, int b) {
+    const int64_t c_idx = tile % tiles_per_row;
     A prefix = Op::template identity<A>();
-    if (c_idx == 0) {
-      if (lane == 0) publish(&st.inclusives[tile], aggregate);
-    } else {
-      if (lane == 0) publish(&st.aggregates[tile], aggregate);
+    if (c_idx > 0) {
       // Walk back 32 predecessors at a time, up to the nearest inclusive prefix.
-      // Chunk j < c_idx of this row is tile row_tile0 + j; j < 0: before the row.
+      // Chunk j < c_idx of this row is tile row_tile0 + j.
       const int64_t row_tile0 = tile - c_idx;
       for (int j = static_cast<int>(c_idx) - 1 - lane;; j -= 32) {
         bool inclusive = true;
@@ -336,28 +368,70 @@ __global__ void __launch_bounds__(BLOCK, MINB)
         prefix = Op::apply(warp_reduce<Op>(lane <= stop ? v : Op::template identity<A>()), prefix);
         if (inclusive_lanes) break;
       }
-      if (lane == 0) publish(&st.inclusives[tile], Op::apply(prefix, aggregate));
+      if (lane == 0) publish(&st.inclusives[tile], Op::apply(prefix, s_agg[b]));
     }
-    if (lane == 0) s_prefix = prefix;
+    if (lane == 0) s_prefix[b] = prefix;
+  };
+  // Data warps: scan buffer b's tile from its prefix and store it.
+  auto scan_out = [&](int64_t tile, int b, int set) {
+    const ScanRow<T, V> r = row_of(tile);
+    const int64_t c_idx = tile % tiles_per_row, first = c_idx * VECS, end = min(r.s.nvec, first + VECS);
+    const A carry = Op::apply(s_prefix[b], s_front[b]);
+    A run = carry, total = Op::template identity<A>();
+    for (int w = 0; w < DATA_WARPS; ++w) {
+      if (w < warp - 1) run = Op::apply(run, s_wtot[set][w]);
+      total = Op::apply(total, s_wtot[set][w]);
+    }
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const bool valid = vindex(first, k) < end;
+      const VT v = valid ? held(r, b, k) : VT{};
+      const A inc = warp_inclusive_scan<Op>(valid ? combine<Op>(v) : Op::template identity<A>(), lane);
+      const A before = __shfl_up_sync(kFullMask, inc, 1);
+      if (valid) {
+        VT out;
+        scan_items<Op>(v, &out, Op::apply(run, lane == 0 ? Op::template identity<A>() : before), a.exclusive);
+        r.store(vindex(first, k), out);
+      }
+      run = Op::apply(run, __shfl_sync(kFullMask, inc, 31));
+    }
+    if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(carry, total), a.exclusive, d == 0);
+  };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(&s_reduced, DATA);
+    mbarrier_init(&s_joined, DATA);
+  }
+  if (threadIdx.x == 32) s_ticket[0] = st.take_ticket();
+  __syncthreads();
+  int64_t older = s_ticket[0];
+  int set = 0;  // s_wtot set of the older tile
+  if (warp > 0 && older < tiles) {
+    stage(older, 0);
+    take_in(older, 0, set, 1);
   }
   __syncthreads();
-  const A carry = Op::apply(s_prefix, front);
-  // The scan proper, one warp-wide vector column at a time.
-  A run = Op::apply(carry, warp_prefix);
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const bool valid = Chunk::index(first, k) < end;
-    const Vec<T, V> v = valid ? held(k) : Vec<T, V>{};
-    const A inc = warp_inclusive_scan<Op>(valid ? combine<Op>(v) : Op::template identity<A>(), lane);
-    const A before = __shfl_up_sync(kFullMask, inc, 1);
-    if (valid) {
-      Vec<T, V> out;
-      scan_items<Op>(v, &out, Op::apply(run, lane == 0 ? Op::template identity<A>() : before), a.exclusive);
-      r.store(Chunk::index(first, k), out);
+  int64_t newer = older < tiles ? s_ticket[1] : tiles;
+  if (warp > 0) stage(newer, 1);
+  for (int b = 0; older < tiles; b ^= 1) {
+    const int newer_set = set == 2 ? 0 : set + 1;
+    if (warp == 0) {
+      look_back(older, b);
+    } else if (newer < tiles) {
+      take_in(newer, b ^ 1, newer_set, b);
+    } else if (d == 0) {
+      s_ticket[b] = tiles;
     }
-    run = Op::apply(run, __shfl_sync(kFullMask, inc, 31));
+    __syncthreads();
+    const int64_t next = s_ticket[b];
+    if (warp > 0) {
+      scan_out(older, b, set);
+      stage(next, b);  // each thread overwrites only the slots it has just read
+    }
+    older = newer;
+    newer = next;
+    set = newer_set;
   }
-  if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(carry, total), a.exclusive);
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
@@ -468,7 +542,7 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) return 0;
   if (a.outer >= int64_t(4) * sms || a.length <= chunk || a.outer * a.length < (int64_t(1) << 22)) return 0;
   const int64_t nvec = a.length / vec16<T>();  // whole vectors in the best-aligned row
-  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kLookbackBlock) * kLookbackVecs);
+  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kLookbackBlock - 32) * kLookbackVecs);  // warp 0 holds none
 }
 
 // Bytes of look-back workspace for these arguments (0: none needed).
@@ -501,15 +575,11 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
       st.ticket = reinterpret_cast<unsigned long long*>(base);
       st.aggregates = reinterpret_cast<A*>(base + 16);
       st.inclusives = st.aggregates + tiles;
-      err = cudaMemsetAsync(st.ticket, 0, 16, stream);
+      err = cudaMemsetAsync(workspace, 0xff, 16 + 2 * tiles * sizeof(A), stream);
       if (err != cudaSuccess) return err;
-      err = cudaMemsetAsync(st.aggregates, 0xff, 2 * tiles * sizeof(A), stream);
-      if (err != cudaSuccess) return err;
-      constexpr size_t smem = size_t(kLookbackVecs) * kLookbackBlock * 16;
-      // (fp64, and 16-bit types on sm_80, spill at 3 blocks of 512 threads.)
-      constexpr int minb = sizeof(T) == 4 ? NORMSCAN_LOOKBACK_MINB : 2;
-      return launch_units<scan_lookback_kernel<T, Op, V, kLookbackBlock, kLookbackVecs, minb>>(
-          Grid::PerUnit, dim3(kLookbackBlock), 1, tiles, smem, stream, a, st, tiles_per_row);
+      constexpr size_t smem = size_t(2) * kLookbackVecs * (kLookbackBlock - 32) * 16;
+      return launch_units<scan_lookback_kernel<T, Op, V, kLookbackBlock, kLookbackVecs, NORMSCAN_LOOKBACK_MINB>>(
+          Grid::Persistent, dim3(kLookbackBlock), 1, tiles, smem, stream, a, st, tiles_per_row);
     }
     if (rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) {
       // The smallest block whose chunk holds the row: a chunk half empty halves the bytes
