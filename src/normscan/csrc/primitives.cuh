@@ -93,26 +93,21 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // Waits until the phase of the given parity (0 for the first, then 1, 0, ...) completes.
 // sm_90's try_wait lets the thread sleep a while inside each probe (measured 1% faster on
 // the look-back scan than spinning on test_wait).
+#if __CUDA_ARCH__ >= 900
+#define NORMSCAN_MBARRIER_PROBE "mbarrier.try_wait.parity.shared.b64"
+#else
+#define NORMSCAN_MBARRIER_PROBE "mbarrier.test_wait.parity.shared.b64"
+#endif
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-#if __CUDA_ARCH__ >= 900
   asm volatile(
       "{\n\t.reg .pred done;\n"
-      "WAIT:\n\t"
-      "mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n\t"
+      "WAIT:\n\t" NORMSCAN_MBARRIER_PROBE " done, [%0], %1;\n\t"
       "@!done bra WAIT;\n\t}" ::"r"(s),
       "r"(parity)
       : "memory");
-#else
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT:\n\t"
-      "mbarrier.test_wait.parity.shared.b64 done, [%0], %1;\n\t"
-      "@!done bra WAIT;\n\t}" ::"r"(s),
-      "r"(parity)
-      : "memory");
-#endif
 }
+#undef NORMSCAN_MBARRIER_PROBE
 
 // ---------------------------------------------------------------- associative ops
 struct SumOp {
