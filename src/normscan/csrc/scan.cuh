@@ -278,12 +278,14 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   constexpr int DATA = BLOCK - 32;  // threads of the data warps, 1..
   constexpr int DATA_WARPS = DATA / 32;
   constexpr int64_t VECS = int64_t(DATA) * NV;  // body vectors of a tile
-  __shared__ A s_wtot[2][DATA_WARPS];  // by buffer: each data warp's total
+  // Each data warp's total, by the block's tile count mod 3: a tile's set is written while
+  // the previous tile's is still being read, and the one before that is free since the
+  // block barrier between.
+  __shared__ A s_wtot[3][DATA_WARPS];
   __shared__ A s_front[2], s_agg[2], s_prefix[2];  // by buffer
   __shared__ int64_t s_ticket[2];
   // Data-thread barriers, a phase a tile (arrive/wait, so warp 0 is not held): every data
-  // thread has its warp's total (and is done reading the buffer's previous totals), then
-  // every total is in s_wtot.
+  // thread has its warp's total, then every total is in s_wtot.
   __shared__ uint64_t s_reduced, s_joined;
   extern __shared__ uint4 slots[];  // buffer b, vector k of data thread d at [(b * NV + k) * DATA + d]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
@@ -311,7 +313,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   // Data warps: once buffer b has landed, publish its tile's aggregate (its inclusive prefix
   // for a row's first tile) and take the next ticket into s_ticket[next].
   unsigned phase = 0;
-  auto take_in = [&](int64_t tile, int b, int next) {
+  auto take_in = [&](int64_t tile, int b, int set, int next) {
     const ScanRow<T, V> r = row_of(tile);
     const int64_t c_idx = tile % tiles_per_row, first = c_idx * VECS, end = min(r.s.nvec, first + VECS);
     cp_async_wait_all();  // only this tile's copies are in flight; each thread reads its own
@@ -320,12 +322,13 @@ __global__ void __launch_bounds__(BLOCK, MINB)
     for (int k = 0; k < NV; ++k)
       if (vindex(first, k) < end) mine = Op::apply(mine, combine<Op>(held(r, b, k)));
     mine = warp_reduce<Op>(mine);
-    // (With three sets of totals instead, this first barrier can go: measured 7% slower, for
-    // reasons not understood; see NOTES.md.)
+    // (The first barrier is not needed for correctness: s_wtot has three sets. Without it
+    // one row of 2**28 measured 0.889 ms, with it 0.832; and with it but two sets (by
+    // buffer), 0.859 against 0.822. Reasons not understood: see NOTES.md.)
     mbarrier_arrive(&s_reduced);
     mbarrier_wait(&s_reduced, phase);
-    if (lane == 0) s_wtot[b][warp - 1] = mine;
-    mbarrier_arrive(&s_joined);
+    if (lane == 0) s_wtot[set][warp - 1] = mine;
+    mbarrier_arrive(&s_joined);  // every data thread: also its reads of the previous tile are done
     const bool last = d == 0;  // the one data thread that sums the totals
     if (last) mbarrier_wait(&s_joined, phase);
     phase ^= 1;
@@ -333,7 +336,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
       const A front = c_idx == 0 ? r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, true)
                                  : Op::template identity<A>();
       A total = Op::template identity<A>();
-      for (int w = 0; w < DATA_WARPS; ++w) total = Op::apply(total, s_wtot[b][w]);
+      for (int w = 0; w < DATA_WARPS; ++w) total = Op::apply(total, s_wtot[set][w]);
       const A aggregate = Op::apply(front, total);
       s_front[b] = front;
       s_agg[b] = aggregate;
@@ -371,11 +374,15 @@ __global__ void __launch_bounds__(BLOCK, MINB)
     if (lane == 0) s_prefix[b] = prefix;
   };
   // Data warps: scan buffer b's tile from its prefix and store it.
-  auto scan_out = [&](int64_t tile, int b) {
+  auto scan_out = [&](int64_t tile, int b, int set) {
     const ScanRow<T, V> r = row_of(tile);
     const int64_t c_idx = tile % tiles_per_row, first = c_idx * VECS, end = min(r.s.nvec, first + VECS);
-    A run = Op::apply(s_prefix[b], s_front[b]);
-    for (int w = 0; w < warp - 1; ++w) run = Op::apply(run, s_wtot[b][w]);
+    const A carry = Op::apply(s_prefix[b], s_front[b]);
+    A run = carry, total = Op::template identity<A>();
+    for (int w = 0; w < DATA_WARPS; ++w) {
+      if (w < warp - 1) run = Op::apply(run, s_wtot[set][w]);
+      total = Op::apply(total, s_wtot[set][w]);
+    }
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const bool valid = vindex(first, k) < end;
@@ -389,7 +396,7 @@ __global__ void __launch_bounds__(BLOCK, MINB)
       }
       run = Op::apply(run, __shfl_sync(kFullMask, inc, 31));
     }
-    if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(s_prefix[b], s_agg[b]), a.exclusive, d == 0);
+    if (c_idx == tiles_per_row - 1) r.template scan_back<Op>(Op::apply(carry, total), a.exclusive, d == 0);
   };
 
   if (threadIdx.x == 0) {
@@ -399,29 +406,32 @@ __global__ void __launch_bounds__(BLOCK, MINB)
   if (threadIdx.x == 32) s_ticket[0] = st.take_ticket();
   __syncthreads();
   int64_t older = s_ticket[0];
+  int set = 0;  // s_wtot set of the older tile
   if (warp > 0 && older < tiles) {
     stage(older, 0);
-    take_in(older, 0, 1);
+    take_in(older, 0, set, 1);
   }
   __syncthreads();
   int64_t newer = older < tiles ? s_ticket[1] : tiles;
   if (warp > 0) stage(newer, 1);
   for (int b = 0; older < tiles; b ^= 1) {
+    const int newer_set = set == 2 ? 0 : set + 1;
     if (warp == 0) {
       look_back(older, b);
     } else if (newer < tiles) {
-      take_in(newer, b ^ 1, b);
+      take_in(newer, b ^ 1, newer_set, b);
     } else if (d == 0) {
       s_ticket[b] = tiles;
     }
     __syncthreads();
     const int64_t next = s_ticket[b];
     if (warp > 0) {
-      scan_out(older, b);
+      scan_out(older, b, set);
       stage(next, b);  // each thread overwrites only the slots it has just read
     }
     older = newer;
     newer = next;
+    set = newer_set;
   }
 }
 
