@@ -100,6 +100,18 @@ template <typename A> struct LookbackState {
   A* inclusives;  // everything up to and including the tile
   unsigned long long* ticket;  // hands out tiles in launch order, so predecessors always run
   __device__ __forceinline__ int64_t take_ticket() const { return static_cast<int64_t>(atomicAdd(ticket, 1ull) + 1ull); }
+
+  // The workspace: the ticket (16 bytes, keeping the values aligned), the aggregates, the
+  // inclusive prefixes.
+  static constexpr int64_t bytes(int64_t tiles) { return 16 + 2 * tiles * static_cast<int64_t>(sizeof(A)); }
+  static LookbackState in(void* workspace, int64_t tiles) {
+    auto* base = static_cast<char*>(workspace);
+    LookbackState st;
+    st.ticket = reinterpret_cast<unsigned long long*>(base);
+    st.aggregates = reinterpret_cast<A*>(base + 16);
+    st.inclusives = st.aggregates + tiles;
+    return st;
+  }
 };
 
 // All N values of a vector combined, in the running value's type.
@@ -536,7 +548,7 @@ inline cudaError_t launch_scan_strided(const ScanArgs<T>& a, cudaStream_t stream
 
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
 // plan: enough rows to fill the device, rows of one chunk, or under 2**22 elements, where a
-// workspace and its two memsets are not worth it.
+// workspace and its memset are not worth it.
 template <typename T>
 inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   constexpr int64_t chunk = int64_t(kScanBlock) * kScanVecs * vec16<T>();
@@ -553,7 +565,7 @@ inline cudaError_t scan_workspace_bytes(const ScanArgs<T>& a, int64_t* bytes) {
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
   const int64_t tiles = a.outer * scan_lookback_tiles_per_row(a, d.sms);
-  *bytes = tiles == 0 ? 0 : 16 + tiles * static_cast<int64_t>(2 * sizeof(scan_acc_t<T>));
+  *bytes = tiles == 0 ? 0 : LookbackState<scan_acc_t<T>>::bytes(tiles);
   return cudaSuccess;
 }
 
@@ -571,12 +583,8 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
     if (tiles_per_row > 0) {
       const int64_t tiles = a.outer * tiles_per_row;
       if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
-      auto* base = static_cast<char*>(workspace);
-      LookbackState<A> st;
-      st.ticket = reinterpret_cast<unsigned long long*>(base);
-      st.aggregates = reinterpret_cast<A*>(base + 16);
-      st.inclusives = st.aggregates + tiles;
-      err = cudaMemsetAsync(workspace, 0xff, 16 + 2 * tiles * sizeof(A), stream);
+      const LookbackState<A> st = LookbackState<A>::in(workspace, tiles);
+      err = cudaMemsetAsync(workspace, 0xff, LookbackState<A>::bytes(tiles), stream);
       if (err != cudaSuccess) return err;
       constexpr size_t smem = size_t(2) * kLookbackVecs * (kLookbackBlock - 32) * 16;
       return launch_units<scan_lookback_kernel<T, Op, V, kLookbackBlock, kLookbackVecs, NORMSCAN_LOOKBACK_MINB>>(
