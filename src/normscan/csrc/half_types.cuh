@@ -19,6 +19,9 @@ template <> struct Convert<__half> {
     return r;
   }
   static __device__ __forceinline__ __half from_acc(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ void from_acc2(float lo, float hi, __half* out) {
+    *reinterpret_cast<__half2*>(out) = __floats2half2_rn(lo, hi);
+  }
 };
 template <> struct Convert<__nv_bfloat16> {
   static __device__ __forceinline__ float to_acc(__nv_bfloat16 v) {
@@ -27,6 +30,9 @@ template <> struct Convert<__nv_bfloat16> {
     return __uint_as_float(r);
   }
   static __device__ __forceinline__ __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ void from_acc2(float lo, float hi, __nv_bfloat16* out) {
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(lo, hi);
+  }
 };
 
 }  // namespace normscan

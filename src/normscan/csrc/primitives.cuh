@@ -19,6 +19,11 @@ template <typename T> using acc_t = typename AccType<T>::type;
 template <typename T> struct Convert {
   static __device__ __forceinline__ acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v); }
   static __device__ __forceinline__ T from_acc(acc_t<T> v) { return static_cast<T>(v); }
+  // Two values rounded into out[0], out[1] (16-bit types round both in one instruction).
+  static __device__ __forceinline__ void from_acc2(acc_t<T> lo, acc_t<T> hi, T* out) {
+    out[0] = from_acc(lo);
+    out[1] = from_acc(hi);
+  }
 };
 
 // ---------------------------------------------------------------- 16-byte vectors
@@ -28,6 +33,20 @@ template <typename T> __host__ __device__ constexpr int vec16() { return static_
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
+
+// N accumulator values rounded to a vector of T, in pairs.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
+  Vec<T, N> out;
+  if (N % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < N; i += 2) Convert<T>::from_acc2(v[i], v[i + 1], &out.v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out.v[i] = Convert<T>::from_acc(v[i]);
+  }
+  return out;
+}
 
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
