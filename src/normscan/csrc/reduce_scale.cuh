@@ -107,9 +107,8 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
 // unaligned head, the last thread of the last rank the tail. Capacity: C * TPR * (NV + SNV)
 // whole vectors. Shared memory halves the cluster a long row needs, and clusters of 2 fill
 // every block slot of an H100, where clusters of 4 left 16 of 264 empty. CLUSTER: launched
-// in clusters; without it the block's place is known at compile time, which spares every
-// row the divisions by a run-time cluster size (a quarter of the instructions that the
-// short-row kernels issued).
+// in clusters; without it the block's place is known at compile time, and every row is
+// spared the divisions by a run-time cluster size.
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
@@ -223,7 +222,8 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     const A scale = Op::scale(sum, a.length, a.eps);
     const bool w_vec = a.w != nullptr && reinterpret_cast<uintptr_t>(a.w + cur.body) % 16 == 0;
     // The weight is tested once a vector, not once an element, and 16-bit results are
-    // rounded two to an instruction: together half the instructions of a bf16 row kernel.
+    // rounded two to an instruction. With CLUSTER above, the bf16 kernel for 65536x1024
+    // went from 42.1 M to 29.4 M warp instructions (ncu) and bf16 rows ran 1-3% faster.
     auto scale_store = [&](const VT& x, int l) {
       A v[V];
 #pragma unroll
