@@ -37,14 +37,10 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
 // N accumulator values rounded to a vector of T, in pairs.
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
+  static_assert(N % 2 == 0, "whole pairs: 16-byte vectors hold 2, 4 or 8 elements");
   Vec<T, N> out;
-  if (N % 2 == 0) {
 #pragma unroll
-    for (int i = 0; i < N; i += 2) Convert<T>::from_acc2(v[i], v[i + 1], &out.v[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) out.v[i] = Convert<T>::from_acc(v[i]);
-  }
+  for (int i = 0; i < N; i += 2) Convert<T>::from_acc2(v[i], v[i + 1], &out.v[i]);
   return out;
 }
 
