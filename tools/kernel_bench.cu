@@ -52,6 +52,8 @@ const Case kCases[] = {
     {"l2 1024x262144 bf16", Op::L2, DType::BF16, 1024, 262144, 1},
     {"rmsw 32768x4096 bf16", Op::RmsW, DType::BF16, 32768, 4096, 1},
     {"rmsw 65536x1024", Op::RmsW, DType::F32, 65536, 1024, 1},
+    {"rmsw 65536x1024 bf16", Op::RmsW, DType::BF16, 65536, 1024, 1},
+    {"rmsw 8192x16384", Op::RmsW, DType::F32, 8192, 16384, 1},
     {"rms ch 112x64x512x512", Op::Rms, DType::F32, 112, 64, 512 * 512},
     {"rms ch 112x3x512x512", Op::Rms, DType::F32, 112, 3, 512 * 512},
     {"rms ch 16x256x128x128", Op::Rms, DType::F32, 16, 256, 128 * 128},
