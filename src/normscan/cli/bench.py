@@ -185,7 +185,10 @@ class Row:
 def run_entries(entries: list[Entry], repeat: int, rounds: int) -> list[Row]:
     """Each implementation timed in `rounds` rounds, each on freshly allocated inputs; the
     median round is reported. Where memory lands matters: the same kernel on a new
-    allocation has measured up to 13% slower (H100), so one allocation is not a measurement."""
+    allocation has measured up to 13% slower (H100), so one allocation is not a measurement.
+    Each round starts with the next implementation: the first timing on fresh memory often
+    runs slow (l2 bf16 65536x1024: 0.100 ms, then 0.088 on the same tensors), and a fixed
+    order would put that cost on the same implementation every round."""
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for entry in progress(entries, "bench"):
@@ -198,13 +201,15 @@ def run_entries(entries: list[Entry], repeat: int, rounds: int) -> list[Row]:
                 fn = torch.compile(fn, dynamic=False)
             fns[name] = fn
         per_round: dict[str, list[float]] = {name: [] for name in fns}
-        for _ in range(rounds):
+        names = list(fns)
+        for r in range(rounds):
             inputs = _inputs(entry, "cuda", l2_bytes)
             weight = None
             if entry.weight:
                 weight = (torch.rand(entry.shape[entry.dim], device="cuda") + 0.5).to(entry.dtype)
-            for name, fn in fns.items():
-                per_round[name].append(time_ms(fn, inputs, weight, repeat))
+            first = r % len(names)
+            for name in names[first:] + names[:first]:
+                per_round[name].append(time_ms(fns[name], inputs, weight, repeat))
             del inputs
             torch.cuda.empty_cache()
         ms = {name: statistics.median(times) for name, times in per_round.items()}
