@@ -2,7 +2,8 @@
 device's copy bandwidth, in one run. Writes a JSON record and a PNG plot.
 
 Times are medians of CUDA-event timings after warm-up, and each is the median of several
-rounds on freshly allocated inputs (where memory lands moves a timing by up to 13%).
+rounds on freshly allocated inputs (where memory lands moves a timing by up to 13%), after
+a warm-up round that is recorded but not counted.
 Before each timed call a kernel reads a 256 MB buffer: it leaves L2 holding nothing of the
 op's tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
 prepares the call, so the events measure device time, not the host's launch cost
@@ -180,15 +181,18 @@ class Row:
     bound: float
     correct: bool
     rounds_ms: dict[str, list[float]] = field(default_factory=dict)  # every round's median, per implementation
+    warmup_ms: dict[str, float] = field(default_factory=dict)  # the warm-up round's, not in `ms`
 
 
 def run_entries(entries: list[Entry], repeat: int, rounds: int) -> list[Row]:
     """Each implementation timed in `rounds` rounds, each on freshly allocated inputs; the
     median round is reported. Where memory lands matters: the same kernel on a new
     allocation has measured up to 13% slower (H100), so one allocation is not a measurement.
-    Each round starts with the next implementation: the first timing on fresh memory often
-    runs slow (l2 bf16 65536x1024: 0.100 ms, then 0.088 on the same tensors), and a fixed
-    order would put that cost on the same implementation every round."""
+    A warm-up round comes first and is recorded apart (`warmup_ms`), not in the median: the
+    first round after the float64 check ran up to 15% slow for every implementation timed
+    early in it (at 16a8b31, cumsum 1x2**28: ours 0.895 ms, eager 1.147; later rounds 0.768
+    and 1.014). Each round starts with the next implementation, so no implementation is
+    always the first on fresh memory."""
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for entry in progress(entries, "bench"):
@@ -200,21 +204,26 @@ def run_entries(entries: list[Entry], repeat: int, rounds: int) -> list[Row]:
                 torch._dynamo.reset()
                 fn = torch.compile(fn, dynamic=False)
             fns[name] = fn
+        warmup: dict[str, float] = {}
         per_round: dict[str, list[float]] = {name: [] for name in fns}
         names = list(fns)
-        for r in range(rounds):
+        for r in range(rounds + 1):
             inputs = _inputs(entry, "cuda", l2_bytes)
             weight = None
             if entry.weight:
                 weight = (torch.rand(entry.shape[entry.dim], device="cuda") + 0.5).to(entry.dtype)
             first = r % len(names)
             for name in names[first:] + names[:first]:
-                per_round[name].append(time_ms(fns[name], inputs, weight, repeat))
+                t = time_ms(fns[name], inputs, weight, repeat)
+                if r == 0:
+                    warmup[name] = t
+                else:
+                    per_round[name].append(t)
             del inputs
             torch.cuda.empty_cache()
         ms = {name: statistics.median(times) for name, times in per_round.items()}
         rows.append(Row(entry.label, entry.op, list(entry.shape), str(entry.dtype).replace("torch.", ""),
-                        entry.bytes_moved, ms, error, bound, ok, per_round))
+                        entry.bytes_moved, ms, error, bound, ok, per_round, warmup))
     return rows
 
 
@@ -301,7 +310,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtypes for --sweep (default: float32 bfloat16)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per round (their median is the round's time)")
     p.add_argument("--rounds", type=int, default=3,
-                   help="rounds on freshly allocated inputs (the median round is reported)")
+                   help="rounds on freshly allocated inputs, after one warm-up round (the median round is reported)")
     p.add_argument("--out", type=Path, default=Path("normscan-bench"), help="folder for bench.json and bench.png")
 
 
