@@ -543,6 +543,8 @@ constexpr int kScanBlock = NORMSCAN_SCAN_BLOCK;
 constexpr int kScanVecs = NORMSCAN_SCAN_VECS;
 constexpr int kLookbackBlock = NORMSCAN_LOOKBACK_BLOCK;
 constexpr int kLookbackVecs = NORMSCAN_LOOKBACK_VECS;
+// Body vectors of a look-back tile: warp 0 looks back and holds none.
+constexpr int64_t kLookbackTileVecs = int64_t(kLookbackBlock - 32) * kLookbackVecs;
 
 template <typename T, typename Op, int V, int BLOCK>
 inline cudaError_t launch_scan_rows(const ScanArgs<T>& a, cudaStream_t stream) {
@@ -565,7 +567,7 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   if (a.inner != 1 || a.x_sl != 1 || a.y_sl != 1 || !rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer)) return 0;
   if (a.outer >= int64_t(4) * sms || a.length <= chunk || a.outer * a.length < (int64_t(1) << 22)) return 0;
   const int64_t nvec = a.length / vec16<T>();  // whole vectors in the best-aligned row
-  return ceil_div(nvec > 0 ? nvec : 1, int64_t(kLookbackBlock - 32) * kLookbackVecs);  // warp 0 holds none
+  return ceil_div(nvec > 0 ? nvec : 1, kLookbackTileVecs);
 }
 
 // Bytes of look-back workspace for these arguments (0: none needed).
@@ -596,7 +598,7 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
       const LookbackState<A> st = LookbackState<A>::in(workspace, tiles);
       err = cudaMemsetAsync(workspace, 0xff, LookbackState<A>::bytes(tiles), stream);
       if (err != cudaSuccess) return err;
-      constexpr size_t smem = size_t(2) * kLookbackVecs * (kLookbackBlock - 32) * 16;
+      constexpr size_t smem = size_t(2) * kLookbackTileVecs * 16;  // two tiles
       return launch_units<scan_lookback_kernel<T, Op, V, kLookbackBlock, kLookbackVecs, NORMSCAN_LOOKBACK_MINB>>(
           Grid::Persistent, dim3(kLookbackBlock), 1, tiles, smem, stream, a, st, tiles_per_row);
     }
