@@ -49,6 +49,12 @@ def test_a_wrong_kernel_fails_the_check(monkeypatch):
     assert not verify.check(case).passed
 
 
+def test_binding_refuses_a_weight_for_an_op_without_one():
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(RuntimeError, match="op 'l2' takes no weight"):
+        ops._reduce_scale_cuda("l2", x, 1, torch.ones(8, device="cuda"), 0.0)
+
+
 def test_torch_compile_fullgraph_no_graph_break():
     def f(x, w):
         return normscan.cumsum(normscan.rms_norm(normscan.l2_normalize(x, 1) * 2, -1, 1e-5, w), 0) + \

@@ -33,8 +33,11 @@ void check_pair(const at::Tensor& x, const at::Tensor& y) {
 // The op by name, through the header's list of ops.
 template <typename T>
 void launch_reduce_scale_named(const std::string& op, const normscan::ReduceScaleArgs<T>& a, cudaStream_t stream) {
-#define NORMSCAN_LAUNCH(name, Op) \
-  if (op == name) return check_cuda(normscan::launch_reduce_scale<T, normscan::Op>(a, stream), op);
+#define NORMSCAN_LAUNCH(name, Op)                                                                         \
+  if (op == name) {                                                                                      \
+    TORCH_CHECK(a.w == nullptr || normscan::Op::kWeighted, "normscan: op '", op, "' takes no weight"); \
+    return check_cuda(normscan::launch_reduce_scale<T, normscan::Op>(a, stream), op);                    \
+  }
   NORMSCAN_FOR_EACH_REDUCE_SCALE_OP(NORMSCAN_LAUNCH)
 #undef NORMSCAN_LAUNCH
   TORCH_CHECK(false, "normscan: unknown reduce-scale op '", op, "'");
