@@ -138,6 +138,9 @@ def cases(quick: bool = False, huge: bool = True) -> list[Case]:
         for dtype in dtypes:
             for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
                 out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
+            if not quick:  # the longest rows one block holds: 4096 16-byte vectors
+                shape = (3, 4096 * 16 // dtype.itemsize)
+                out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
             for shape, dim in strided if dtype == torch.float32 else strided[:7]:
                 out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
         for vname, (view, shape, dim) in views.items():

@@ -532,24 +532,22 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
   if (err != cudaSuccess) return err;
   const int64_t nvec = a.length / V;  // whole vectors in the worst-aligned row
   const int max_cluster = d.major >= 9 ? 8 : 1;
-  // Vectors per thread in the 64-register configurations: 32 elements of 16 or 32 bits,
-  // 8 doubles (fp64 math needs the room).
-  constexpr int NV = sizeof(T) == 4 ? 8 : 4;
   const bool aligned = rows_share_alignment(a.x, a.y, a.x_so, a.y_so, a.outer);
   if (aligned) {
     // The fewest threads per row that hold it in 4 vectors each: a thread whose vector slots
     // sit half empty keeps half the bytes in flight (65536x1024 fp32 measured 0.95x of
-    // torch.compile on 128 threads per row).
+    // torch.compile on 128 threads per row). Rows of 16384 floats: 1024 threads of 4
+    // vectors measured 0.5% faster than 512 of 8 (two blocks a SM).
     if (nvec <= 32 * 4) return launch_rows<T, Op, 256, 32, 4, 0, 4>(a, 1, stream);
     if (nvec <= 64 * 4) return launch_rows<T, Op, 256, 64, 4, 0, 4>(a, 1, stream);
     if (nvec <= 128 * 4) return launch_rows<T, Op, 256, 128, 4, 0, 4>(a, 1, stream);
     if (nvec <= 256 * 4) return launch_rows<T, Op, 256, 256, 4, 0, 4>(a, 1, stream);
     if (nvec <= 512 * 4) return launch_rows<T, Op, 512, 512, 4, 0, 2>(a, 1, stream);
-    constexpr int CB = NORMSCAN_ROWS_CLUSTER_BLOCK;
-    if (nvec <= int64_t(CB) * NV) return launch_rows<T, Op, CB, CB, NV, 0, 1024 / CB>(a, 1, stream);
+    if (nvec <= 1024 * 4) return launch_rows<T, Op, 1024, 1024, 4, 0, 1>(a, 1, stream);
     // Longer rows: a cluster whose blocks hold 16 vectors a thread, the rest of them in
-    // shared memory (fp32 keeps 5 in registers: 8 and 8, or 6 and 10, spill).
-    constexpr int RNV = sizeof(T) == 4 ? 5 : NV;
+    // shared memory (fp32 keeps 5 in registers: 8 and 8, or 6 and 10, spill; other types 4).
+    constexpr int CB = NORMSCAN_ROWS_CLUSTER_BLOCK;
+    constexpr int RNV = sizeof(T) == 4 ? 5 : 4;
     constexpr int SNV = NORMSCAN_ROWS_HELD - RNV;
     constexpr int64_t per_block = int64_t(CB) * (RNV + SNV);
     if (nvec <= per_block * max_cluster)
