@@ -117,6 +117,11 @@ def _inputs(entry: Entry, device: str, l2_bytes: int) -> list[torch.Tensor]:
 
 
 FLUSH_BYTES = 256 << 20
+# GPU cycles of busy-waiting queued after the flush and before the start event (~1 ms):
+# the host has queued the timed call before the GPU reaches the event, unless its launch
+# path takes longer than that. The flush alone (~0.09 ms) left torch.compile's longer,
+# jittery launch path inside the events in some rounds (NOTES.md).
+LEAD_CYCLES = 2_000_000
 
 
 @functools.cache
@@ -135,6 +140,7 @@ def time_ms(fn: Callable, inputs: list[torch.Tensor], weight, repeat: int, warmu
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         x = inputs[i % len(inputs)]
         flush.sum()
+        torch.cuda._sleep(LEAD_CYCLES)
         start.record()
         fn(x, weight)
         end.record()
