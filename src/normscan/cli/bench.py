@@ -117,11 +117,12 @@ def _inputs(entry: Entry, device: str, l2_bytes: int) -> list[torch.Tensor]:
 
 
 FLUSH_BYTES = 256 << 20
-# GPU cycles of busy-waiting queued after the flush and before the start event (~1 ms):
-# the host has queued the timed call before the GPU reaches the event, unless its launch
-# path takes longer than that. The flush alone (~0.09 ms) left torch.compile's longer,
-# jittery launch path inside the events in some rounds (NOTES.md).
-LEAD_CYCLES = 2_000_000
+# Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
+# host has queued the timed call before the GPU reaches the event, unless its launch path
+# takes longer than that. One read (~0.09 ms) left torch.compile's longer, jittery launch
+# path inside the events in some rounds; an idle lead instead (a ~1 ms sleep kernel) made
+# the row kernels 1-2.5% slower (NOTES.md).
+FLUSH_READS = 8
 
 
 @functools.cache
@@ -139,8 +140,8 @@ def time_ms(fn: Callable, inputs: list[torch.Tensor], weight, repeat: int, warmu
     for i in range(repeat):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         x = inputs[i % len(inputs)]
-        flush.sum()
-        torch.cuda._sleep(LEAD_CYCLES)
+        for _ in range(FLUSH_READS):
+            flush.sum()
         start.record()
         fn(x, weight)
         end.record()
