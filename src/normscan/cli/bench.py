@@ -120,8 +120,9 @@ FLUSH_BYTES = 256 << 20
 # Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
 # host has queued the timed call before the GPU reaches the event, unless its launch path
 # takes longer than that. One read (~0.09 ms) left torch.compile's longer, jittery launch
-# path inside the events in some rounds; an idle lead instead (a ~1 ms sleep kernel) made
-# the row kernels 1-2.5% slower (NOTES.md).
+# path inside the events in some rounds. With this lead (or a ~1 ms sleep kernel) our row
+# and scan kernels measure 1-3% slower than after one read, torch.compile's do not; why is
+# open (NOTES.md).
 FLUSH_READS = 8
 
 
