@@ -4,10 +4,10 @@ device's copy bandwidth, in one run. Writes a JSON record and a PNG plot.
 Times are medians of CUDA-event timings after warm-up, and each is the median of several
 rounds on freshly allocated inputs (where memory lands moves a timing by up to 13%), after
 a warm-up round that is recorded but not counted.
-Before each timed call a kernel reads a 256 MB buffer: it leaves L2 holding nothing of the
-op's tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
-prepares the call, so the events measure device time, not the host's launch cost
-(tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
+Before each timed call a kernel reads a 256 MB buffer, 8 times (~0.7 ms): it leaves L2
+holding nothing of the op's tensors (and nothing dirty to write back), and it keeps the GPU
+busy while the host prepares the call, so the events measure device time, not the host's
+launch cost (tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
 twice the L2 cache. Bandwidth counts the fewest bytes any implementation must move: x
 read once, y written once.
 """

@@ -35,7 +35,8 @@ template <typename T>
 void launch_reduce_scale_named(const std::string& op, const normscan::ReduceScaleArgs<T>& a, cudaStream_t stream) {
 #define NORMSCAN_LAUNCH(name, Op)                                                                         \
   if (op == name) {                                                                                      \
-    TORCH_CHECK(a.w == nullptr || normscan::Op::kWeighted, "normscan: op '", op, "' takes no weight"); \
+    TORCH_CHECK(a.w == nullptr || normscan::Op::kWeighted, "normscan: op '", op,                      \
+                "' takes no weight (of the reduce-scale ops only 'rms' does): pass None");                \
     return check_cuda(normscan::launch_reduce_scale<T, normscan::Op>(a, stream), op);                    \
   }
   NORMSCAN_FOR_EACH_REDUCE_SCALE_OP(NORMSCAN_LAUNCH)

@@ -132,6 +132,11 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
   // faster). The clustered kernel keeps both as they were: at 64 registers its schedule
   // moves with any change, and a new register allocation alone cost it 0.5%.
   const T* const w = (Op::kWeighted || CLUSTER) ? a.w : nullptr;
+#ifdef NORMSCAN_CLUSTERS  // sm_90 (measured there); on sm_80 one-warp 16-bit rows spill with it
+  constexpr bool W_AHEAD = Op::kWeighted && SNV == 0 && NV <= 4;
+#else
+  constexpr bool W_AHEAD = false;
+#endif
   const int2 place = CLUSTER ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
@@ -181,11 +186,6 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     // register loads are issued.
     VT buf[NV];
     VT edge;
-#ifdef NORMSCAN_CLUSTERS  // sm_90 (measured there); on sm_80 one-warp 16-bit rows spill with it
-    constexpr bool W_AHEAD = Op::kWeighted && SNV == 0 && NV <= 4;
-#else
-    constexpr bool W_AHEAD = false;
-#endif
     VT w_ahead[W_AHEAD ? NV : 1];
 #pragma unroll
     for (int k = NV; k < NV + SNV; ++k)
@@ -194,6 +194,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
     for (int k = 0; k < NV; ++k)
       if (has(cur, k)) buf[k] = load_vec<T, V>(cur.x + at(cur, k));
     if constexpr (W_AHEAD) {
+      // w_vec's test below; one test hoisted here for both moved the clustered kernel's code.
       if (w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0) {
 #pragma unroll
         for (int k = 0; k < NV; ++k)
