@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from normscan import cli
-from normscan.cli import bench, export, verify
+from normscan.cli import bench, device_log, export, verify
 from normscan.problems import PROBLEMS
 
 
@@ -55,13 +55,36 @@ def test_json_record_and_plot(tmp_path):
     loaded = json.loads((tmp_path / "bench.json").read_text())
     assert loaded == record
     for key in ["device", "date", "normscan", "commit", "torch", "cuda", "python", "repeat", "rounds", "copy_gbs",
-                "rows"]:
+                "device_state", "rows"]:
         assert key in loaded
     row = loaded["rows"][0]
     assert set(row) == {"label", "op", "shape", "dtype", "bytes", "ms", "error", "bound", "correct", "rounds_ms",
                         "warmup_ms"}
     assert set(row["ms"]) >= {"normscan", "eager", "compile"}
     assert plotted and (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_device_log_summary():
+    gpu, other = "GPU-aaaa-1111", "GPU-bbbb-2222"
+    text = "\n".join([
+        f"{gpu}, 1980, 2619, 390.5, 46, 0x0000000000000000",
+        f"{gpu}, 345, 2619, 70.0, 40, 0x0000000000000001",  # idle: not in the clock figures
+        f"{gpu}, 1755, 2619, 699.0, 61, 0x0000000000000004",  # power-capped
+        f"{other}, 1000, 1000, 1.0, 1, 0x0000000000000000",  # another GPU
+        f"{gpu}, [N/A], 2619, 300.0, 50, 0x0000000000000000",  # not a sample
+        "No devices were found",
+    ])
+    state = device_log.summarize(text, "aaaa-1111")
+    assert state["samples"] == 3 and state["busy_samples"] == 2
+    assert state["sm_mhz"] == [1755.0, 1867.5, 1980.0] and state["power_w"][2] == 699.0
+    assert state["reasons"] == ["idle", "software power cap"]
+    line = device_log.describe(state)
+    assert "SM clock 1868 MHz (busy samples 1755-1980)" in line and "clock limits seen: software power cap" in line
+    # Without a uuid: only a lone GPU's samples are taken, not a mix of two.
+    assert device_log.summarize(text, None)["samples"] == 0
+    assert device_log.summarize(text.replace(other, gpu), None)["samples"] == 4
+    assert "not recorded" in device_log.describe(device_log.summarize("", None))
+    assert "not recorded" in device_log.describe(None)
 
 
 def test_table_figures():

@@ -31,6 +31,7 @@ import torch
 from .. import __version__, ops, reference
 from ..problems import PROBLEMS
 from . import verify
+from .device_log import DeviceLog, describe
 from .report import print_table, progress
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
@@ -120,9 +121,10 @@ FLUSH_BYTES = 256 << 20
 # Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
 # host has queued the timed call before the GPU reaches the event, unless its launch path
 # takes longer than that. One read (~0.09 ms) left torch.compile's longer, jittery launch
-# path inside the events in some rounds. With this lead (or a ~1 ms sleep kernel) our row
-# and scan kernels measure 1-3% slower than after one read, torch.compile's do not; why is
-# open (NOTES.md).
+# path inside the events in some rounds (rms+w fp32 65536x1024: 0.18-0.21 ms against 0.1756).
+# The lead itself moves no kernel: in one process our kernels timed within 0.2% after 1 or 8
+# reads, a ~1 ms sleep or one 2 GB read, and torch.compile's too where no launch leaked in
+# (NOTES.md).
 FLUSH_READS = 8
 
 
@@ -296,8 +298,9 @@ def plot(rows: list[Row], copy_gbs: float, path: Path, sweep: bool, device: str)
 
 
 def write_outputs(rows: list[Row], copy_gbs: float, out: Path, sweep: bool, repeat: int,
-                  rounds: int = 1) -> tuple[dict, bool]:
-    """bench.json (every figure, with device, versions and commit) and bench.png."""
+                  rounds: int = 1, device_state: dict | None = None) -> tuple[dict, bool]:
+    """bench.json (every figure, with device, versions, commit and the device's clocks while
+    it ran) and bench.png."""
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     record = {
@@ -305,7 +308,7 @@ def write_outputs(rows: list[Row], copy_gbs: float, out: Path, sweep: bool, repe
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "normscan": __version__, "commit": _commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
         "python": platform.python_version(), "repeat": repeat, "rounds": rounds, "copy_gbs": copy_gbs,
-        "rows": [asdict(r) for r in rows],
+        "device_state": device_state, "rows": [asdict(r) for r in rows],
     }
     (out / "bench.json").write_text(json.dumps(record, indent=1))
     return record, plot(rows, copy_gbs, out / "bench.png", sweep, device)
@@ -355,11 +358,14 @@ def main(args: argparse.Namespace) -> int:
         entries = sweep_entries(args.ops or OPS, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])])
     else:
         entries = [e for e in default_entries() if not args.ops or e.op in args.ops]
-    copy_gbs = copy_bandwidth(args.repeat)
-    rows = run_entries(entries, args.repeat, args.rounds)
-    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep, args.repeat, args.rounds)
+    uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+    with DeviceLog(str(uuid) if uuid else None) as log:
+        copy_gbs = copy_bandwidth(args.repeat)
+        rows = run_entries(entries, args.repeat, args.rounds)
+    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep, args.repeat, args.rounds, log.state)
     print(f"device {record['device']}, torch {torch.__version__}, commit {record['commit']}, "
           f"copy {copy_gbs:.0f} GB/s (read+write)")
+    print(describe(log.state))
     print_table(HEADERS, table_rows(rows, copy_gbs))
     print(f"wrote {args.out / 'bench.json'}" + (f" and {args.out / 'bench.png'}" if plotted else
                                                    " (no plot: matplotlib is not installed)"))
