@@ -1,8 +1,10 @@
 """What the GPU's clocks, power and temperature were while the bench ran (nvidia-smi).
 
-The same kernels have timed up to 3% apart in different runs (each on a freshly started
-machine), while within one run they repeat within 0.2% (NOTES.md): each record says what
-clocks its run saw, so that a slow machine can be told from a slow kernel.
+The same kernels have timed up to 3% apart on different machines (each call of the device
+tool may start another), while on one machine they repeat within 0.2% (NOTES.md). Each
+record names its GPU (uuid) and the clocks and clock limits its run saw: whether a slow
+run had its clocks cut, and which runs shared a GPU. (On the one slow machine seen so
+far the clocks were not the cause: 1980 MHz, no limits.)
 """
 
 from __future__ import annotations
@@ -104,4 +106,4 @@ class DeviceLog:
         self._stop.set()
         self._thread.join()
         self.state = summarize("".join(self._lines), self.uuid)
-        self.state["failed_queries"] = self._failed
+        self.state.update(uuid=self.uuid, failed_queries=self._failed)
