@@ -122,9 +122,9 @@ FLUSH_BYTES = 256 << 20
 # host has queued the timed call before the GPU reaches the event, unless its launch path
 # takes longer than that. One read (~0.09 ms) left torch.compile's longer, jittery launch
 # path inside the events in some rounds (rms+w fp32 65536x1024: 0.18-0.21 ms against 0.1756).
-# The lead itself moves no kernel: in one process our kernels timed within 0.2% after 1 or 8
-# reads, a ~1 ms sleep or one 2 GB read, and torch.compile's too where no launch leaked in
-# (NOTES.md).
+# The lead does not slow our kernels: in one process they timed within 0.2% after 8 reads
+# and after one (fp32 8192x16384 alone was slower after one read), and torch.compile's too
+# where no launch leaked in (NOTES.md).
 FLUSH_READS = 8
 
 
