@@ -13,7 +13,11 @@
 //            (Hopper) whose blocks exchange column sums; longer still, read twice.
 #pragma once
 
+#include <type_traits>
+
 #include "launch.cuh"
+
+struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #include <cooperative_groups.h>
@@ -140,9 +144,10 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #ifdef NORMSCAN_CLUSTERS  // sm_90 (measured there); on sm_80 one-warp 16-bit rows spill with it
   constexpr bool W_AHEAD = Op::kWeighted && SNV == 0 && NV <= 4;
   constexpr bool L2_LAST = !CLUSTER;
-  // ...but x is loaded plainly where the hint's registers would spill (16-bit weighted rows
-  // on 1024 threads: 8 bytes).
-  constexpr bool X_L2_LAST = L2_LAST && !(W_AHEAD && sizeof(T) == 2 && BLOCK == 1024);
+  // ...but x is loaded plainly where the hint's registers would spill (4-12 bytes): weighted
+  // fp16 rows, and weighted 16-bit rows on 1024 threads.
+  constexpr bool X_L2_LAST =
+      L2_LAST && !(W_AHEAD && (std::is_same<T, __half>::value || (sizeof(T) == 2 && BLOCK == 1024)));
 #else
   constexpr bool W_AHEAD = false;
   constexpr bool L2_LAST = false;
