@@ -75,14 +75,15 @@ def test_device_log_summary():
         "No devices were found",
     ])
     state = device_log.summarize(text, "aaaa-1111")
-    assert state["samples"] == 3 and state["busy_samples"] == 2
+    assert state["uuid"] == "aaaa-1111" and state["samples"] == 3 and state["busy_samples"] == 2
     assert state["sm_mhz"] == [1755.0, 1867.5, 1980.0] and state["power_w"][2] == 699.0
     assert state["reasons"] == ["idle", "software power cap"]
     line = device_log.describe(state)
     assert "SM clock 1868 MHz (busy samples 1755-1980)" in line and "clock limits seen: software power cap" in line
     # Without a uuid: only a lone GPU's samples are taken, not a mix of two.
     assert device_log.summarize(text, None)["samples"] == 0
-    assert device_log.summarize(text.replace(other, gpu), None)["samples"] == 4
+    lone = device_log.summarize(text.replace(other, gpu), None)
+    assert lone["samples"] == 4 and lone["uuid"] == "aaaa-1111"
     assert "not recorded" in device_log.describe(device_log.summarize("", None))
     assert "not recorded" in device_log.describe(None)
 

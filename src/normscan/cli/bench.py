@@ -7,9 +7,11 @@ a warm-up round that is recorded but not counted.
 Before each timed call a kernel reads a 256 MB buffer, 8 times (~0.7 ms): it leaves L2
 holding nothing of the op's tensors (and nothing dirty to write back), and it keeps the GPU
 busy while the host prepares the call, so the events measure device time, not the host's
-launch cost (tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
-twice the L2 cache. Bandwidth counts the fewest bytes any implementation must move: x
-read once, y written once.
+launch cost (tools/overhead.py measures that). Inputs also rotate through enough copies to
+exceed twice the L2 cache. Bandwidth counts the fewest bytes any implementation must move:
+x read once, y written once. bench.json also records which GPU ran and its clocks, power
+and clock limits meanwhile (device_log.py): the same kernels have timed up to 3% apart on
+different machines.
 """
 
 from __future__ import annotations

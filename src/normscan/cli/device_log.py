@@ -31,8 +31,9 @@ def _bare(uuid: str) -> str:
 
 def summarize(text: str, uuid: str | None) -> dict:
     """nvidia-smi's CSV lines (no header, no units) of the GPU `uuid` (None: the only GPU
-    listed) -> [min, median, max] of each figure over the samples taken while busy (an idle
-    GPU drops its clocks), and every clock-limit reason seen."""
+    listed) -> that GPU's uuid (as nvidia-smi prints it, without "GPU-"), [min, median,
+    max] of each figure over the samples taken while busy (an idle GPU drops its clocks),
+    and every clock-limit reason seen."""
     samples = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.split(",")]
@@ -49,7 +50,7 @@ def summarize(text: str, uuid: str | None) -> dict:
     seen = 0
     for _, _, mask in mine:
         seen |= mask
-    out: dict = {"samples": len(mine), "busy_samples": len(busy),
+    out: dict = {"uuid": want, "samples": len(mine), "busy_samples": len(busy),
                  "reasons": [name for bit, name in REASONS.items() if seen & bit]}
     for i, key in enumerate(FIGURES):
         column = [v[i] for v in busy]
@@ -106,4 +107,4 @@ class DeviceLog:
         self._stop.set()
         self._thread.join()
         self.state = summarize("".join(self._lines), self.uuid)
-        self.state.update(uuid=self.uuid, failed_queries=self._failed)
+        self.state["failed_queries"] = self._failed

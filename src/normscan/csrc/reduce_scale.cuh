@@ -121,8 +121,8 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t 
 // unclustered kernels load x and store y under an L2 evict_last policy, as torch.compile
 // loads x. Rows of 1024-16384 elements ran 0.6-2.4% faster, and the 256 MB read after
 // the kernel no slower, so no write is merely put off; on a machine where our kernels ran
-// 1.5-2% slow without them (NOTES.md), rows ran as fast as on the others. Why L2 does better so is not
-// measured. The clustered fp32 kernel ran 0.3% slower with the store hint.
+// 1.5-2% slow without them (NOTES.md), rows ran as fast as on the others. Why L2 does
+// better so is not measured. The clustered fp32 kernel ran 0.3% slower with the store hint.
 template <typename T, typename Op, int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
       if (has(cur, k)) cp_async16(slot(k), cur.x + at(cur, k));
 #pragma unroll
     for (int k = 0; k < NV; ++k)
-      if (has(cur, k)) buf[k] = X_L2_LAST ? load_vec_l2_last<T, V>(cur.x + at(cur, k)) : load_vec<T, V>(cur.x + at(cur, k));
+      if (has(cur, k)) buf[k] = load_vec<T, V, X_L2_LAST>(cur.x + at(cur, k));
     if constexpr (W_AHEAD) {
       // w_vec's test below; one test hoisted here for both moved the clustered kernel's code.
       if (w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0) {
@@ -284,8 +284,7 @@ __global__ void __launch_bounds__(BLOCK, MINB) reduce_scale_rows_kernel(ReduceSc
 #pragma unroll
         for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(w[l + i]);
       }
-      if constexpr (L2_LAST) store_vec_l2_last<T, V>(cur.y + l, from_acc_vec<T, V>(v));
-      else store_vec<T, V>(cur.y + l, from_acc_vec<T, V>(v));
+      store_vec<T, V, L2_LAST>(cur.y + l, from_acc_vec<T, V>(v));
     };
 #pragma unroll
     for (int k = 0; k < NV + SNV; ++k)
