@@ -55,6 +55,18 @@ def test_binding_refuses_a_weight_for_an_op_without_one():
         ops._reduce_scale_cuda("l2", x, 1, torch.ones(8, device="cuda"), 0.0)
 
 
+def test_weight_that_requires_grad_is_refused_on_cuda():
+    x = torch.randn(4, 64, device="cuda")
+    w = torch.ones(64, device="cuda", requires_grad=True)
+    with pytest.raises(RuntimeError, match="weight requires grad, and normscan has no backward yet"):
+        normscan.rms_norm(x, 1, weight=w)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        normscan.RMSNorm(64, elementwise_affine=True).cuda()(x)
+    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w), fullgraph=True)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        compiled(x, w)
+
+
 def test_torch_compile_fullgraph_no_graph_break():
     def f(x, w):
         return normscan.cumsum(normscan.rms_norm(normscan.l2_normalize(x, 1) * 2, -1, 1e-5, w), 0) + \

@@ -56,6 +56,21 @@ def test_requires_grad_is_refused_with_advice(name, fn):
         fn(x, 1)
 
 
+def test_weight_that_requires_grad_is_refused_eagerly_in_modules_and_compiled():
+    """A trained weight must not silently lose its gradient (until backward exists)."""
+    x = torch.randn(4, 8)
+    w = torch.ones(8, requires_grad=True)
+    with pytest.raises(RuntimeError, match="weight requires grad, and normscan has no backward yet"):
+        normscan.rms_norm(x, 1, weight=w)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        normscan.RMSNorm(8, elementwise_affine=True)(x)
+    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w), fullgraph=True)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        compiled(x, w)
+    with torch.no_grad():
+        torch.testing.assert_close(normscan.rms_norm(x, 1, weight=w), reference.rms_norm(x, 1, 1e-5, w))
+
+
 def test_unsupported_device_is_explained():
     x = torch.randn(3, 4, device="meta")
     with pytest.raises(ValueError, match="device meta is not supported; use a CUDA tensor"):

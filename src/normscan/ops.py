@@ -31,10 +31,15 @@ def _check_input(op: str, x: object) -> None:
     if x.device.type not in ("cuda", "cpu"):
         raise ValueError(f"normscan.{op}: device {x.device} is not supported; use a CUDA tensor "
                          "(CPU tensors are computed by the PyTorch reference expression)")
-    if x.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError(f"normscan.{op}: has no backward yet; call it under torch.no_grad() or on a "
-                           "tensor that does not require grad (normscan.reference has the differentiable "
-                           "PyTorch expression)")
+    _refuse_grad(op, "x", x)
+
+
+def _refuse_grad(op: str, name: str, t: torch.Tensor) -> None:
+    """Forward only: a tensor that requires grad would silently lose its gradient."""
+    if t.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"normscan.{op}: {name} requires grad, and normscan has no backward yet; call it "
+                           "under torch.no_grad() or on a tensor that does not require grad (normscan.reference "
+                           "has the differentiable PyTorch expression)")
 
 
 def _wrap_dim(op: str, dim: object, ndim: int) -> int:
@@ -242,6 +247,7 @@ def _check_weight(x: torch.Tensor, dim: int, weight: torch.Tensor | None) -> tor
     if weight.device != x.device:
         raise ValueError(f"normscan.rms_norm: weight is on {weight.device} but x is on {x.device}; "
                          f"move it with weight.to('{x.device}')")
+    _refuse_grad("rms_norm", "weight", weight)
     # A weight is one row: making a strided one contiguous costs length elements, not a pass.
     return weight.contiguous()
 
