@@ -1,59 +1,94 @@
-"""The Python layer on any machine: validation, errors, the folded view, CPU path, fake tensors."""
+"""The public ops (ops.py, declared through registry.py): arguments, errors, the CPU path, the
+custom ops (opcheck on CPU and CUDA), torch.compile, and the calls' cost on a GPU."""
 
-import math
-import os
+import inspect
+import re
+import time
 
+import numpy as np
 import pytest
 import torch
 
 import normscan
-from normscan import ops, reference
+from normscan import ops, reference, view
+from normscan.registry import REGISTRY, declare
 
-ALL_OPS = [
-    ("l2_normalize", lambda x, d: normscan.l2_normalize(x, d)),
-    ("l1_normalize", lambda x, d: normscan.l1_normalize(x, d)),
-    ("rms_norm", lambda x, d: normscan.rms_norm(x, d)),
-    ("cumprod", lambda x, d: normscan.cumprod(x, d)),
-    ("cumsum", lambda x, d: normscan.cumsum(x, d)),
-]
+ALL_OPS = list(REGISTRY)
 
 
-@pytest.mark.parametrize("name,fn", ALL_OPS)
+def call(name, x, dim, **kwargs):
+    return getattr(normscan, name)(x, dim, **kwargs)
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8])
-def test_unsupported_dtype_names_given_and_supported(name, fn, dtype):
-    x = torch.ones(3, 4, dtype=dtype)
+def test_unsupported_dtype_names_given_and_supported(name, dtype):
     with pytest.raises(TypeError) as err:
-        fn(x, 1)
+        call(name, torch.ones(3, 4, dtype=dtype), 1)
     msg = str(err.value)
     assert name in msg and str(dtype) in msg and "float32, float16, bfloat16, float64" in msg
 
 
-@pytest.mark.parametrize("name,fn", ALL_OPS)
+@pytest.mark.parametrize("name", ALL_OPS)
 @pytest.mark.parametrize("dim", [2, -3, 17])
-def test_dim_out_of_range_is_index_error_like_pytorch(name, fn, dim):
+def test_dim_out_of_range_is_index_error_like_pytorch(name, dim):
     x = torch.randn(3, 4)
     with pytest.raises(IndexError) as ours:
-        fn(x, dim)
+        call(name, x, dim)
     with pytest.raises(IndexError) as theirs:
         torch.cumsum(x, dim)
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("name,fn", ALL_OPS)
-def test_non_tensor_and_bad_dim_type(name, fn):
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_dim_is_taken_as_pytorch_takes_it(name):
+    """Anything with __index__ (numpy integers, 0-d integer tensors), not bool or float."""
+    x = torch.randn(3, 4)
+    expected = call(name, x, 1)
+    torch.testing.assert_close(call(name, x, np.int64(1)), expected)
+    torch.testing.assert_close(call(name, x, torch.tensor(1)), expected)
+    for bad, shown in [(True, "bool (True)"), (1.0, "float (1.0)"), ("1", "str ('1')")]:
+        with pytest.raises(TypeError, match=re.escape(f"normscan.{name}: dim must be an int, got {shown}")):
+            call(name, x, bad)
+        with pytest.raises(TypeError):  # PyTorch refuses them too
+            torch.cumsum(x, bad)
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_non_tensor_is_named(name):
     with pytest.raises(TypeError, match="expected a torch.Tensor, got list"):
-        fn([1.0, 2.0], 0)
-    with pytest.raises(TypeError, match="dim must be an int, got float"):
-        fn(torch.randn(3, 4), 1.0)
+        call(name, [1.0, 2.0], 0)
 
 
-@pytest.mark.parametrize("name,fn", ALL_OPS)
-def test_requires_grad_is_refused_with_advice(name, fn):
+def test_eps_is_taken_as_f_rms_norm_takes_it():
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(normscan.rms_norm(x, 1, eps=None),
+                               reference.rms_norm(x, 1, torch.finfo(torch.float32).eps))
+    for eps in [True, 1, np.float32(1e-3), torch.tensor(1e-3)]:  # as F.rms_norm accepts them
+        torch.testing.assert_close(normscan.rms_norm(x, 1, eps=eps), reference.rms_norm(x, 1, float(eps)))
+    for bad in ["a", [1e-5], 1j]:
+        with pytest.raises(TypeError, match=r"normscan.rms_norm: eps must be a real number or None, got "):
+            normscan.rms_norm(x, 1, eps=bad)
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("flag", ["reverse", "exclusive"])
+def test_scan_flags_must_be_bools(name, flag):
+    x = torch.randn(3, 4)
+    for bad, shown in [("yes", "str"), (1, "int"), (None, "NoneType"), (np.bool_(True), "numpy.bool")]:
+        with pytest.raises(TypeError, match=rf"normscan.{name}: {flag} must be a bool \(True or False\), got {shown}"):
+            call(name, x, 1, **{flag: bad})
+    with pytest.raises(TypeError, match="positional"):  # keyword-only, as documented
+        getattr(normscan, name)(x, 1, True)
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_requires_grad_is_refused_with_advice(name):
     x = torch.randn(3, 4, requires_grad=True)
-    with pytest.raises(RuntimeError, match="no backward yet"):
-        fn(x, 1)
+    with pytest.raises(RuntimeError, match="x requires grad, and normscan has no backward yet"):
+        call(name, x, 1)
     with torch.no_grad():
-        fn(x, 1)
+        call(name, x, 1)
 
 
 def test_weight_that_requires_grad_is_refused_eagerly_in_modules_and_compiled():
@@ -77,28 +112,6 @@ def test_unsupported_device_is_explained():
         normscan.l2_normalize(x, 1)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("dim", [0, 1, -1])
-def test_cpu_path_is_the_reference(dtype, dim):
-    x = torch.randn(5, 6, 7, dtype=dtype)
-    torch.testing.assert_close(normscan.l2_normalize(x, dim), reference.l2_normalize(x, dim))
-    torch.testing.assert_close(normscan.l1_normalize(x, dim), reference.l1_normalize(x, dim))
-    torch.testing.assert_close(normscan.rms_norm(x, dim, 1e-5), reference.rms_norm(x, dim, 1e-5))
-    torch.testing.assert_close(normscan.cumsum(x, dim), torch.cumsum(x, dim))
-    torch.testing.assert_close(normscan.cumprod(x, dim), torch.cumprod(x, dim))
-
-
-def test_reference_semantics_zero_rows_and_scan_flags():
-    x = torch.zeros(2, 3)
-    assert reference.l2_normalize(x).isnan().all()
-    assert reference.rms_norm(x, eps=0.0).isnan().all()
-    v = torch.tensor([[2.0, 3.0, 4.0]])
-    assert reference.cumprod(v, 1, exclusive=True).tolist() == [[1.0, 2.0, 6.0]]
-    assert reference.cumprod(v, 1, reverse=True).tolist() == [[24.0, 12.0, 4.0]]
-    assert reference.cumsum(v, 1, reverse=True, exclusive=True).tolist() == [[7.0, 4.0, 0.0]]
-    assert reference.cumsum(torch.empty(2, 0), 1, exclusive=True).shape == (2, 0)
-
-
 def test_weight_errors_are_actionable():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
@@ -111,52 +124,62 @@ def test_weight_errors_are_actionable():
     torch.testing.assert_close(normscan.rms_norm(x, 1, weight=w), reference.rms_norm(x, 1, 1e-5, w))
 
 
-def _view(shape, strides, dim):
-    x = torch.empty_strided(shape, strides)
-    return ops.plan(x, ops.output_like(x), dim)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cpu_path_is_the_reference(dtype, dim):
+    x = torch.randn(5, 6, 7, dtype=dtype)
+    wide = reference.in_float32
+    torch.testing.assert_close(normscan.l2_normalize(x, dim), wide(reference.l2_normalize)(x, dim))
+    torch.testing.assert_close(normscan.l1_normalize(x, dim), wide(reference.l1_normalize)(x, dim))
+    torch.testing.assert_close(normscan.rms_norm(x, dim, 1e-5), wide(reference.rms_norm)(x, dim, 1e-5))
+    torch.testing.assert_close(normscan.cumsum(x, dim), torch.cumsum(x, dim))
+    torch.testing.assert_close(normscan.cumprod(x, dim), torch.cumprod(x, dim))
 
 
-def test_plan_folds_rows_channels_and_views():
-    v = _view((4, 6), (6, 1), 1)
-    assert (v.outer, v.length, v.inner, v.x_strides) == (4, 6, 1, (6, 1, 1))
-    v = _view((2, 3, 4, 5), (60, 20, 5, 1), 1)  # channel dim: strided
-    assert (v.outer, v.length, v.inner, v.x_strides) == (2, 3, 20, (60, 20, 1))
-    v = _view((2, 4, 5, 3), (60, 5, 1, 20), 3)  # channels-last, read where it lies
-    assert (v.outer, v.length, v.inner) == (2, 3, 20)
-    x = torch.empty(4, 8)[:, :7]  # sliced rows: own strides for x and y
-    v = ops.plan(x, ops.output_like(x), 1)
-    assert (v.outer, v.length, v.x_strides[0], v.y_strides[0]) == (4, 7, 8, 7)
-    x = torch.empty(6, 4).t()  # transposed: the other dim becomes the coalesced inner
-    v = ops.plan(x, ops.output_like(x), 1)
-    assert (v.outer, v.length, v.inner, v.x_strides) == (1, 6, 4, (0, 4, 1))
-    x = torch.empty(2, 3, 4, 5)[:, :, 1:3, ::2]  # three runs: does not fold
-    assert ops.plan(x, ops.output_like(x), 1) is None
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpu_16_bit_accumulates_in_float32_as_the_kernels_do(dtype):
+    """PyTorch's own fp16 x ** 2 overflows above 256: the expression in fp16 gives zeros."""
+    x = torch.tensor([[300.0, 1.0, 2.0, -400.0]], dtype=dtype)
+    expected = reference.rms_norm(x.double(), 1, 1e-5).to(dtype)
+    got = normscan.rms_norm(x, 1)
+    assert got.dtype == dtype and torch.equal(got, expected), (got, expected)
+    torch.testing.assert_close(normscan.l2_normalize(x, 1), reference.l2_normalize(x.double(), 1).to(dtype))
+    if dtype == torch.float16:
+        assert (reference.rms_norm(x, 1, 1e-5)[0, 0] == 0).item()  # the check can fail
 
 
-def _addresses(view, x):
-    """The elements a view reaches, as (outer, length, inner) of x's values."""
-    return x.as_strided((view.outer, view.length, view.inner), view.x_strides, x.storage_offset())
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("flags", [{}, {"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}])
+def test_zero_d_scans_give_pytorchs_answer(name, flags):
+    x = torch.tensor(2.5)
+    y = call(name, x, 0, **flags)
+    identity = 0.0 if name == "cumsum" else 1.0
+    assert y.shape == () and y.item() == (identity if flags.get("exclusive") else 2.5)
+    assert call(name, x, -1, **flags).item() == y.item()
 
 
-@pytest.mark.parametrize("shape,dim", [((4, 6), 1), ((4, 6), 0), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), 3), ((7,), 0),
-                                       ((), 0), ((3, 1, 5), 1), ((3, 1, 5), 2)])
-def test_contiguous_fast_path_and_general_fold_reach_the_same_elements(shape, dim):
-    x = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
-    lead, rest = math.prod(shape[:dim]), math.prod(shape[dim + 1:])
-    expected = x.reshape(lead, shape[dim] if shape else 1, rest)
-    _, _, fast = ops._prepare(x, dim)
-    general = ops.plan(x, torch.empty_like(x), dim)
-    assert torch.equal(_addresses(fast, x), expected)
-    folded = _addresses(general, x)  # may fold differently, but each row is one reduced line
-    assert sorted(map(tuple, folded.transpose(1, 2).reshape(-1, folded.shape[1]).tolist())) == \
-        sorted(map(tuple, expected.transpose(1, 2).reshape(-1, expected.shape[1]).tolist()))
+def test_zero_d_rms_norm_with_a_weight():
+    y = normscan.rms_norm(torch.tensor(2.5), 0, weight=torch.tensor([2.0]))
+    assert y.shape == () and abs(y.item() - 2 * 2.5 / (2.5**2 + 1e-5) ** 0.5) < 1e-6
 
 
-def test_output_keeps_dense_layouts():
-    x = torch.empty(2, 3, 4, 5).permute(0, 2, 3, 1)
-    assert ops.output_like(x).stride() == x.stride()
-    x = torch.empty(4, 8)[:, :7]
-    assert ops.output_like(x).is_contiguous()
+def test_public_functions_have_their_declared_signature_and_doc():
+    for name, spec in REGISTRY.items():
+        fn = getattr(normscan, name)
+        assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc
+        assert list(inspect.signature(fn).parameters) == ["x", "dim", *spec.params]
+    assert inspect.signature(normscan.cumsum).parameters["reverse"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_a_declaration_outside_the_conventions_is_refused():
+    with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim, then any of eps, weight"):
+        @declare(family="scan", functor="SumOp", reference=reference.cumsum)
+        def bad(x, dim, alpha=1.0):
+            """-"""
+    with pytest.raises(ValueError, match="lists no functor NoSuchOp"):
+        @declare(family="scan", functor="NoSuchOp", reference=reference.cumsum)
+        def bad2(x, dim, reverse=False, exclusive=False):
+            """-"""
 
 
 def test_fake_tensor_shapes_and_strides():
@@ -164,91 +187,123 @@ def test_fake_tensor_shapes_and_strides():
 
     with FakeTensorMode():
         x = torch.empty(2, 3, 4, 5, device="cuda").permute(0, 2, 3, 1)
-        for op, args in [(torch.ops.normscan.l2_normalize, (x, 3)), (torch.ops.normscan.l1_normalize, (x, 3)),
-                         (torch.ops.normscan.rms_norm, (x, 3, 1e-5, None)),
-                         (torch.ops.normscan.cumprod, (x, 3, False, False)),
-                         (torch.ops.normscan.cumsum, (x, 3, True, True))]:
-            y = op(*args)
-            assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype
+        for name, spec in REGISTRY.items():
+            y = spec.custom_op(x, 3, *spec.args({}))
+            assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype, name
 
 
-def test_modules_match_kernelbench_constructors():
-    assert normscan.L2Norm().dim == 1 and normscan.L1Norm().dim == 1
-    m = normscan.RMSNorm(64)
-    assert m.num_features == 64 and m.eps == 1e-5 and m.weight is None
-    assert normscan.RMSNorm(8, elementwise_affine=True).weight.tolist() == [1.0] * 8
-    assert normscan.CumProd(1).dim == 1
-    x = torch.randn(2, 8, 3)
-    torch.testing.assert_close(normscan.RMSNorm(8, 1e-5)(x), reference.rms_norm(x, 1, 1e-5))
-    torch.testing.assert_close(normscan.CumSum(2, reverse=True)(x), reference.cumsum(x, 2, reverse=True))
+def opcheck_samples(device: str):
+    """Every op, flag and dtype, on rows, a strided dim, a 0-d tensor and a non-dense view."""
+    for name, spec in REGISTRY.items():
+        for dtype in [torch.float32, torch.float16, torch.bfloat16, torch.float64]:
+            flag_sets = [{}]
+            if spec.takes("reverse"):
+                flag_sets += [{"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}]
+            if spec.takes("weight"):
+                flag_sets += [{"weight": torch.rand(5, dtype=dtype, device=device) + 0.5, "eps": 1e-3}]
+            for given in flag_sets:
+                x = torch.randn(3, 5, 4, dtype=dtype, device=device)
+                yield name, (x, 1, *spec.args(given))
+            yield name, (torch.randn((), dtype=dtype, device=device), 0, *spec.args({}))
+            yield name, (torch.randn(6, 9, dtype=dtype, device=device)[:, ::2], 1, *spec.args({}))
 
 
-def test_kernels_without_cuda_say_so():
-    if torch.cuda.is_available():
-        pytest.skip("checks the message given where torch sees no CUDA device")
+def run_opchecks(device):
+    failures = []
+    for name, args in opcheck_samples(device):
+        result = torch.library.opcheck(REGISTRY[name].custom_op, args)
+        if any(v != "SUCCESS" for v in result.values()):
+            failures.append((name, [a.shape if isinstance(a, torch.Tensor) else a for a in args], result))
+    return failures
+
+
+def test_opcheck_every_op_on_cpu():
+    assert run_opchecks("cpu") == []
+
+
+@pytest.mark.gpu
+def test_opcheck_every_op_on_cuda():
+    assert run_opchecks("cuda") == []
+
+
+@pytest.mark.gpu
+def test_weight_that_requires_grad_is_refused_on_cuda():
+    x = torch.randn(4, 64, device="cuda")
+    w = torch.ones(64, device="cuda", requires_grad=True)
+    with pytest.raises(RuntimeError, match="weight requires grad, and normscan has no backward yet"):
+        normscan.rms_norm(x, 1, weight=w)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        normscan.RMSNorm(64, elementwise_affine=True).cuda()(x)
+    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w), fullgraph=True)
+    with pytest.raises(RuntimeError, match="weight requires grad"):
+        compiled(x, w)
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph_no_graph_break():
+    def f(x, w):
+        return normscan.cumsum(normscan.rms_norm(normscan.l2_normalize(x, 1) * 2, -1, 1e-5, w), 0) + \
+            normscan.cumprod(normscan.l1_normalize(x, 0), 1, reverse=True)
+
+    x = torch.randn(64, 256, device="cuda")
+    w = torch.rand(256, device="cuda")
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(x, w), f(x, w))
+
+
+@pytest.mark.gpu
+def test_eager_call_overhead_is_small():
+    x = torch.randn(4, 8, device="cuda")
+    for _ in range(50):
+        normscan.l2_normalize(x)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    n = 2000
+    for _ in range(n):
+        normscan.l2_normalize(x)
+    torch.cuda.synchronize()
+    ours_us = 1e6 * (time.perf_counter() - start) / n
+    start = time.perf_counter()
+    for _ in range(n):
+        reference.l2_normalize(x, 1)
+    torch.cuda.synchronize()
+    eager_us = 1e6 * (time.perf_counter() - start) / n
+    print(f"\neager call on a tiny input: normscan {ours_us:.1f} us, PyTorch expression {eager_us:.1f} us")
+    assert ours_us < max(eager_us, 30.0)
+
+
+@pytest.mark.gpu
+def test_output_keeps_channels_last_layout():
+    x = torch.randn(2, 16, 5, 7, device="cuda").to(memory_format=torch.channels_last)
+    y = normscan.rms_norm(x, 1)
+    assert y.stride() == x.stride()
+    torch.testing.assert_close(y, reference.rms_norm(x, 1))
+
+
+@pytest.mark.gpu
+def test_current_stream_is_used():
+    s = torch.cuda.Stream()
+    x = torch.randn(256, 4097, device="cuda")
+    with torch.cuda.stream(s):
+        y = normscan.l2_normalize(x)
+    s.synchronize()
+    torch.testing.assert_close(y, reference.l2_normalize(x, 1))
+
+
+@pytest.mark.gpu
+def test_binding_refuses_what_the_kernels_cannot_take():
     from normscan import _build
 
-    with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
-        _build.load()
-
-
-def test_an_older_gpu_is_told_what_is_supported(monkeypatch):
-    from normscan import _build
-
-    monkeypatch.setattr(_build, "_module", None)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
-    monkeypatch.setattr(_build, "arch", lambda: (7, 5))
-    with pytest.raises(RuntimeError, match=r"need compute capability 8\.0 or later.*Tesla T4 is sm_75.*reference"):
-        _build.load()
-
-
-def test_build_lock_is_released_when_its_holder_dies(tmp_path):
-    """A build killed half-way must not leave a lock that hangs the next one."""
-    import fcntl
-    import subprocess
-    import sys
-
-    lock = tmp_path / "x.lock"
-    holder = subprocess.Popen([sys.executable, "-c", f"""
-import time
-from pathlib import Path
-from normscan import _build
-with _build._file_lock(Path({str(lock)!r})):
-    print("held", flush=True)
-    time.sleep(60)
-"""], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
-    with open(lock) as handle:
-        with pytest.raises(BlockingIOError):
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    holder.kill()
-    holder.wait()
-    with open(lock) as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
-
-
-def test_source_hash_changes_with_flags(monkeypatch):
-    from normscan import _build
-
-    base = _build.build_key("src", (9, 0))
-    assert base == _build.build_key("src", (9, 0))
-    assert base != _build.build_key("src2", (9, 0)) and base != _build.build_key("src", (8, 0))
-    monkeypatch.setenv("NORMSCAN_EXTRA_CUDA_FLAGS", "-DNORMSCAN_SCAN_VECS=8")
-    assert base != _build.build_key("src", (9, 0))
-
-
-def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
-    from torch.utils import cpp_extension
-
-    from normscan import _build
-
-    def failing(**kwargs):
-        raise RuntimeError("Error building extension 'x': cuda.cu(12): error: identifier \"oops\" is undefined")
-
-    monkeypatch.setattr(cpp_extension, "load_inline", failing)
-    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
-    with pytest.raises(_build.BuildError) as err:
-        _build._compile("x", "source", (9, 0), tmp_path)
-    assert "sm_90" in str(err.value) and 'identifier "oops" is undefined' in str(err.value)
-    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"  # the user's setting is given back
+    ext = _build.load("reduce_scale")
+    x = torch.randn(4, 8, device="cuda")
+    y = torch.empty_like(x)
+    v = view.fold(x, y, 1)
+    l2 = REGISTRY["l2_normalize"].op_id
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} takes no weight"):
+        ext.reduce_scale(x, y, torch.ones(8, device="cuda"), l2, v, 0.0)
+    with pytest.raises(RuntimeError, match="no reduce-scale op has id 99"):
+        ext.reduce_scale(x, y, None, 99, v, 0.0)
+    with pytest.raises(RuntimeError, match="the view reaches past y's storage"):
+        ext.reduce_scale(x, torch.empty(2, 8, device="cuda"), None, l2, v, 0.0)
+    with pytest.raises(RuntimeError, match="a view has 9 fields, got 3"):
+        ext.reduce_scale(x, y, None, l2, v[:3], 0.0)

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "half_types.cuh"
-#include "reduce_scale.cuh"
-#include "scan.cuh"
+#include "device/half.cuh"
+#include "reduce_scale/dispatch.cuh"
+#include "scan/dispatch.cuh"
 
 using namespace normscan;
 
@@ -30,52 +30,66 @@ using namespace normscan;
     }                                                                                            \
   } while (0)
 
-enum class Op { L2, L1, Rms, RmsW, CumProd, CumSum };
 enum class DType { F32, BF16 };
 
+// An op by its functor's name in its family's list (csrc/<family>/ops.cuh).
 struct Case {
   const char* name;
-  Op op;
+  const char* functor;
+  bool weight;  // rms_norm with a weight
   DType dtype;
   int64_t outer, length, inner;
 };
 
 const Case kCases[] = {
-    {"l2 32768x65535", Op::L2, DType::F32, 32768, 65535, 1},
-    {"l1 32768x65535", Op::L1, DType::F32, 32768, 65535, 1},
-    {"l2 65536x1024", Op::L2, DType::F32, 65536, 1024, 1},
-    {"l2 8192x16384", Op::L2, DType::F32, 8192, 16384, 1},
-    {"l2 32768x4096", Op::L2, DType::F32, 32768, 4096, 1},
-    {"l2 1024x262144", Op::L2, DType::F32, 1024, 262144, 1},
-    {"l2 65536x1024 bf16", Op::L2, DType::BF16, 65536, 1024, 1},
-    {"l2 8192x16384 bf16", Op::L2, DType::BF16, 8192, 16384, 1},
-    {"l2 1024x262144 bf16", Op::L2, DType::BF16, 1024, 262144, 1},
-    {"rmsw 32768x4096", Op::RmsW, DType::F32, 32768, 4096, 1},
-    {"rmsw 32768x4096 bf16", Op::RmsW, DType::BF16, 32768, 4096, 1},
-    {"rmsw 65536x1024", Op::RmsW, DType::F32, 65536, 1024, 1},
-    {"rmsw 65536x1024 bf16", Op::RmsW, DType::BF16, 65536, 1024, 1},
-    {"rmsw 8192x16384", Op::RmsW, DType::F32, 8192, 16384, 1},
-    {"rmsw 8192x16384 bf16", Op::RmsW, DType::BF16, 8192, 16384, 1},
-    {"rms 65536x1024 bf16", Op::Rms, DType::BF16, 65536, 1024, 1},
-    {"rms 32768x4096", Op::Rms, DType::F32, 32768, 4096, 1},
-    {"rms ch 112x64x512x512", Op::Rms, DType::F32, 112, 64, 512 * 512},
-    {"rms ch 112x3x512x512", Op::Rms, DType::F32, 112, 3, 512 * 512},
-    {"rms ch 16x256x128x128", Op::Rms, DType::F32, 16, 256, 128 * 128},
-    {"rms ch 8x1024x64x64", Op::Rms, DType::F32, 8, 1024, 64 * 64},
-    {"rms ch 16x256x128x128 bf16", Op::Rms, DType::BF16, 16, 256, 128 * 128},
-    {"cumprod 32768x32768", Op::CumProd, DType::F32, 32768, 32768, 1},
-    {"cumprod dim0 32768x32768", Op::CumProd, DType::F32, 1, 32768, 32768},
-    {"cumprod 1x2**28", Op::CumProd, DType::F32, 1, int64_t(1) << 28, 1},
-    {"cumsum 1x2**28", Op::CumSum, DType::F32, 1, int64_t(1) << 28, 1},
-    {"cumprod 4096x4096", Op::CumProd, DType::F32, 4096, 4096, 1},
-    {"cumsum 4096x4096", Op::CumSum, DType::F32, 4096, 4096, 1},
-    {"cumprod 8192x16384", Op::CumProd, DType::F32, 8192, 16384, 1},
-    {"cumprod 16x2**24", Op::CumProd, DType::F32, 16, int64_t(1) << 24, 1},
+    {"l2 32768x65535", "L2NormOp", false, DType::F32, 32768, 65535, 1},
+    {"l1 32768x65535", "L1NormOp", false, DType::F32, 32768, 65535, 1},
+    {"l2 65536x1024", "L2NormOp", false, DType::F32, 65536, 1024, 1},
+    {"l2 8192x16384", "L2NormOp", false, DType::F32, 8192, 16384, 1},
+    {"l2 32768x4096", "L2NormOp", false, DType::F32, 32768, 4096, 1},
+    {"l2 1024x262144", "L2NormOp", false, DType::F32, 1024, 262144, 1},
+    {"l2 65536x1024 bf16", "L2NormOp", false, DType::BF16, 65536, 1024, 1},
+    {"l2 8192x16384 bf16", "L2NormOp", false, DType::BF16, 8192, 16384, 1},
+    {"l2 1024x262144 bf16", "L2NormOp", false, DType::BF16, 1024, 262144, 1},
+    {"rmsw 32768x4096", "RmsNormOp", true, DType::F32, 32768, 4096, 1},
+    {"rmsw 32768x4096 bf16", "RmsNormOp", true, DType::BF16, 32768, 4096, 1},
+    {"rmsw 65536x1024", "RmsNormOp", true, DType::F32, 65536, 1024, 1},
+    {"rmsw 65536x1024 bf16", "RmsNormOp", true, DType::BF16, 65536, 1024, 1},
+    {"rmsw 8192x16384", "RmsNormOp", true, DType::F32, 8192, 16384, 1},
+    {"rmsw 8192x16384 bf16", "RmsNormOp", true, DType::BF16, 8192, 16384, 1},
+    {"rms 65536x1024 bf16", "RmsNormOp", false, DType::BF16, 65536, 1024, 1},
+    {"rms 32768x4096", "RmsNormOp", false, DType::F32, 32768, 4096, 1},
+    {"rms ch 112x64x512x512", "RmsNormOp", false, DType::F32, 112, 64, 512 * 512},
+    {"rms ch 112x3x512x512", "RmsNormOp", false, DType::F32, 112, 3, 512 * 512},
+    {"rms ch 16x256x128x128", "RmsNormOp", false, DType::F32, 16, 256, 128 * 128},
+    {"rms ch 8x1024x64x64", "RmsNormOp", false, DType::F32, 8, 1024, 64 * 64},
+    {"rms ch 16x256x128x128 bf16", "RmsNormOp", false, DType::BF16, 16, 256, 128 * 128},
+    {"cumprod 32768x32768", "ProdOp", false, DType::F32, 32768, 32768, 1},
+    {"cumprod dim0 32768x32768", "ProdOp", false, DType::F32, 1, 32768, 32768},
+    {"cumprod 1x2**28", "ProdOp", false, DType::F32, 1, int64_t(1) << 28, 1},
+    {"cumsum 1x2**28", "SumOp", false, DType::F32, 1, int64_t(1) << 28, 1},
+    {"cumprod 4096x4096", "ProdOp", false, DType::F32, 4096, 4096, 1},
+    {"cumsum 4096x4096", "SumOp", false, DType::F32, 4096, 4096, 1},
+    {"cumprod 8192x16384", "ProdOp", false, DType::F32, 8192, 16384, 1},
+    {"cumprod 16x2**24", "ProdOp", false, DType::F32, 16, int64_t(1) << 24, 1},
     // Small look-back cases (every line checked): unaligned rows, several rows, bf16.
-    {"lb cumprod 3x4194309", Op::CumProd, DType::F32, 3, 4194309, 1},
-    {"lb cumsum 64x65539", Op::CumSum, DType::F32, 64, 65539, 1},
-    {"lb cumsum 64x65539 bf16", Op::CumSum, DType::BF16, 64, 65539, 1},
+    {"lb cumprod 3x4194309", "ProdOp", false, DType::F32, 3, 4194309, 1},
+    {"lb cumsum 64x65539", "SumOp", false, DType::F32, 64, 65539, 1},
+    {"lb cumsum 64x65539 bf16", "SumOp", false, DType::BF16, 64, 65539, 1},
 };
+
+// The op id of a functor in the reduce-scale list, else in the scan list (scan: true); -1 if in neither.
+int op_id(const char* functor, bool* scan) {
+#define NORMSCAN_FIND(id, Op) \
+  if (!std::strcmp(functor, #Op)) return id;
+  *scan = false;
+  NORMSCAN_REDUCE_SCALE_OPS(NORMSCAN_FIND)
+  *scan = true;
+  NORMSCAN_SCAN_OPS(NORMSCAN_FIND)
+#undef NORMSCAN_FIND
+  return -1;
+}
+bool is(const Case& c, const char* functor) { return !std::strcmp(c.functor, functor); }
 
 // ------------------------------------------------------------------ device helpers
 __device__ __forceinline__ float uniform(uint64_t i, uint64_t seed) {  // [0, 1)
@@ -162,16 +176,17 @@ float median_ms(F launch, Flush& flush, int reps) {
 template <typename T>
 double line_error(const Case& c, const T* x, const T* y, const float* w, int64_t step) {
   const int64_t n = c.length;
+  const bool prod = is(c, "ProdOp");
   double err = 0;
-  if (c.op == Op::CumProd || c.op == Op::CumSum) {
-    double run = c.op == Op::CumProd ? 1.0 : 0.0, scale = 0;
+  if (prod || is(c, "SumOp")) {
+    double run = prod ? 1.0 : 0.0, scale = 0;
     for (int64_t l = 0; l < n; ++l) {
       const double v = host_float(x[l * step]);
-      run = c.op == Op::CumProd ? run * v : run + v;
+      run = prod ? run * v : run + v;
       scale = std::max(scale, std::fabs(run));
       const double got = host_float(y[l * step]);
       // Products: elementwise relative; sums: relative to the largest partial sum so far.
-      const double ref_mag = c.op == Op::CumProd ? std::fabs(run) : std::max(scale, 1.0);
+      const double ref_mag = prod ? std::fabs(run) : std::max(scale, 1.0);
       const double e = std::isnan(got) ? INFINITY : std::fabs(got - run) / ref_mag;
       err = std::max(err, e);
     }
@@ -180,9 +195,9 @@ double line_error(const Case& c, const T* x, const T* y, const float* w, int64_t
   double s = 0;
   for (int64_t l = 0; l < n; ++l) {
     const double v = host_float(x[l * step]);
-    s += c.op == Op::L1 ? std::fabs(v) : v * v;
+    s += is(c, "L1NormOp") ? std::fabs(v) : v * v;
   }
-  double scale = c.op == Op::L2 ? 1.0 / std::sqrt(s) : c.op == Op::L1 ? n / s : 1.0 / std::sqrt(s / n + 1e-5);
+  double scale = is(c, "L2NormOp") ? 1.0 / std::sqrt(s) : is(c, "L1NormOp") ? n / s : 1.0 / std::sqrt(s / n + 1e-5);
   double num = 0, den = 0;
   for (int64_t l = 0; l < n; ++l) {
     const double ref = host_float(x[l * step]) * scale * (w ? w[l] : 1.0);
@@ -198,14 +213,19 @@ template <typename T>
 void run_case(const Case& c, Flush& flush, int rounds, int reps, uint64_t seed) {
   const int64_t n = c.outer * c.length * c.inner;
   const size_t bytes = size_t(n) * sizeof(T);
-  const bool scan = c.op == Op::CumProd || c.op == Op::CumSum;
+  bool scan = false;
+  const int op = op_id(c.functor, &scan);
+  if (op < 0) {
+    std::fprintf(stderr, "%s: no family lists a functor %s\n", c.name, c.functor);
+    std::exit(2);
+  }
   for (int round = 0; round < rounds; ++round) {
     T *x, *y, *w = nullptr;
     CHECK(cudaMalloc(&x, bytes));
     CHECK(cudaMalloc(&y, bytes));
-    fill<T><<<1056, 512>>>(x, n, seed + 17 * round, c.op == Op::CumProd);
+    fill<T><<<1056, 512>>>(x, n, seed + 17 * round, is(c, "ProdOp"));
     std::vector<float> hw;
-    if (c.op == Op::RmsW) {
+    if (c.weight) {
       CHECK(cudaMalloc(&w, c.length * sizeof(T)));
       fill<T><<<64, 256>>>(w, c.length, seed + 5, false);
       std::vector<T> tw(c.length);
@@ -214,25 +234,18 @@ void run_case(const Case& c, Flush& flush, int rounds, int reps, uint64_t seed) 
     }
     poison<<<1056, 512>>>(reinterpret_cast<uint32_t*>(y), int64_t(bytes / 4));
     void* workspace = nullptr;
-    ScanArgs<T> sa{x, y, c.outer, c.length, c.inner, c.length * c.inner, c.inner, 1, c.length * c.inner, c.inner, 1,
-                   false, false};
-    ReduceScaleArgs<T> ra{x, y, w, c.outer, c.length, c.inner, c.length * c.inner, c.inner, 1, c.length * c.inner,
-                          c.inner, 1, 1e-5};
+    const View v{c.outer, c.length, c.inner, c.length * c.inner, c.inner, 1, c.length * c.inner, c.inner, 1};
+    const ScanArgs<T> sa{x, y, v, false, false};
+    const ReduceScaleArgs<T> ra{x, y, w, v, 1e-5};
     if (scan) {
       int64_t ws = 0;
       CHECK(scan_workspace_bytes(sa, &ws));
       if (ws) CHECK(cudaMalloc(&workspace, ws));
     }
     auto launch = [&] {
-      cudaError_t err;
-      switch (c.op) {
-        case Op::L2: err = launch_reduce_scale<T, L2NormOp>(ra, 0); break;
-        case Op::L1: err = launch_reduce_scale<T, L1NormOp>(ra, 0); break;
-        case Op::Rms:
-        case Op::RmsW: err = launch_reduce_scale<T, RmsNormOp>(ra, 0); break;
-        case Op::CumProd: err = launch_scan<T, ProdOp>(sa, workspace, 0); break;
-        default: err = launch_scan<T, SumOp>(sa, workspace, 0); break;
-      }
+      cudaError_t err = cudaSuccess;
+      if (scan) with_scan_op(op, [&](auto f) { err = launch_scan<T, decltype(f)>(sa, workspace, 0); });
+      else with_reduce_scale_op(op, [&](auto f) { err = launch_reduce_scale<T, decltype(f)>(ra, 0); });
       CHECK(err);
     };
     launch();  // the checked call: y was poisoned

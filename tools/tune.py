@@ -1,7 +1,8 @@
-"""Build csrc/ variants (-D knobs) side by side and time the KernelBench problems with each.
+"""Build csrc/ variants (the -D hooks of csrc/*/tuning.cuh) side by side and time the bench's
+entries (the KernelBench problems and the sweeps, ours alone) with each.
 
     python tools/tune.py "" "-DNORMSCAN_LOOKBACK_VECS=4 -DNORMSCAN_LOOKBACK_MINB=4" ...
-    NORMSCAN_TUNE_CASES="cumprod l2" python tools/tune.py ...   (only cases whose name has one)
+    NORMSCAN_TUNE_CASES="cumprod 39_L2" python tools/tune.py ...   (entries whose label has one; default: all)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
 
 Every variant builds in its own cache folder, all at once; then each is timed in its own
@@ -17,40 +18,24 @@ import sys
 from pathlib import Path
 
 TIMING = r"""
-import json, sys, torch, normscan
-from normscan.cli.bench import time_ms, copy_bandwidth
-f32, bf16 = torch.float32, torch.bfloat16
-cases = {
-    # name: (fn, shape, dtype, inputs rotated)
-    "36_RMSNorm_": (lambda x, w: normscan.rms_norm(x, 1), (112, 64, 512, 512), f32, 2),
-    "36_RMSNorm_ one input": (lambda x, w: normscan.rms_norm(x, 1), (112, 64, 512, 512), f32, 1),
-    "39_L2Norm_": (lambda x, w: normscan.l2_normalize(x, 1), (32768, 65535), f32, 2),
-    "90_cumprod": (lambda x, w: normscan.cumprod(x, 1), (32768, 32768), f32, 2),
-    "cumprod dim0": (lambda x, w: normscan.cumprod(x, 0), (32768, 32768), f32, 2),
-    "cumprod 1x2**28": (lambda x, w: normscan.cumprod(x, 1), (1, 1 << 28), f32, 2),
-    "l2 65536x1024": (lambda x, w: normscan.l2_normalize(x, 1), (65536, 1024), f32, 4),
-    "l2 8192x16384": (lambda x, w: normscan.l2_normalize(x, 1), (8192, 16384), f32, 4),
-    "l2 1024x262144": (lambda x, w: normscan.l2_normalize(x, 1), (1024, 262144), f32, 4),
-    "rms+w 32768x4096 bf16": (lambda x, w: normscan.rms_norm(x, -1, 1e-5, w), (32768, 4096), bf16, 4),
-    "rms dim1 112x3x512x512": (lambda x, w: normscan.rms_norm(x, 1), (112, 3, 512, 512), f32, 4),
-    "rms dim1 16x256x128x128": (lambda x, w: normscan.rms_norm(x, 1), (16, 256, 128, 128), f32, 4),
-}
+import json, sys, torch
+from normscan import catalogue, timing
+from normscan.cli.bench import ours
 rounds, only = int(sys.argv[1]), sys.argv[2:]
-out = {"copy_gbs": copy_bandwidth(20)}
-for name, (fn, shape, dtype, copies) in cases.items():
-    if only and not any(o in name for o in only):
+entries = catalogue.kernelbench_entries() + catalogue.sweep_entries(None, [torch.float32, torch.bfloat16])
+out = {"copy_gbs": timing.copy_bandwidth(20)}
+for entry in entries:
+    if only and not any(o in entry.label for o in only):
         continue
-    out[name] = []
+    out[entry.label] = []
     for _ in range(rounds):  # fresh allocations each round: the spread between rounds is the noise
-        xs = [torch.rand(shape, device="cuda", dtype=dtype) for _ in range(copies)]
-        w = torch.rand(shape[-1], device="cuda", dtype=dtype) + 0.5
-        ms = time_ms(fn, xs, w, 20)
-        out[name].append([ms, 2 * xs[0].numel() * xs[0].element_size() / ms / 1e6])
+        xs = timing.inputs(entry, "cuda")
+        ms = timing.time_ms(ours(entry), xs, timing.weight(entry, "cuda"), 20)
+        out[entry.label].append([ms, entry.bytes_moved / ms / 1e6])
         del xs
         torch.cuda.empty_cache()
 print("RESULT " + json.dumps(out))
 """
-
 
 def main(variants: list[str], build_only: bool = False) -> int:
     root = Path(__file__).resolve().parent.parent
@@ -61,7 +46,8 @@ def main(variants: list[str], build_only: bool = False) -> int:
         cache = base if not flags else base / f"tune{i}"
         envs.append(dict(os.environ, NORMSCAN_EXTRA_CUDA_FLAGS=flags, NORMSCAN_CACHE_DIR=str(cache),
                          PYTHONPATH=str(root / "src")))
-    builds = [subprocess.Popen([sys.executable, "-c", "import normscan._build as b; b.load()"], env=e) for e in envs]
+    load_all = "import normscan._build as b\nfor f in b.families(): b.load(f)"
+    builds = [subprocess.Popen([sys.executable, "-c", load_all], env=e) for e in envs]
     for b in builds:
         if b.wait() != 0:
             return 1
@@ -83,7 +69,7 @@ def main(variants: list[str], build_only: bool = False) -> int:
         for k, v in res.items():
             times = sorted(r[0] for r in v)
             best = max(r[1] for r in v)
-            print(f"    {k:28s} median {times[len(times) // 2]:7.3f} ms  rounds {' '.join(f'{t:.3f}' for t in times)}"
+            print(f"    {k:44s} median {times[len(times) // 2]:7.3f} ms  rounds {' '.join(f'{t:.3f}' for t in times)}"
                   f"  best {100 * best / copy:5.1f}% of copy")
     return 0
 

@@ -1,11 +1,13 @@
-"""First-use build of the CUDA kernels in ``csrc/`` through ``load_inline``.
+"""First-use build of the CUDA kernels in ``csrc/``, one extension per kernel family.
 
-One extension holds every op. It is compiled for the current device's architecture
-only and cached under ``$NORMSCAN_CACHE_DIR`` (default: ``~/.cache/normscan``), in a
-folder named by a hash of the sources, the flags and the toolchain: a change to any of
-them builds anew, nothing else does. Concurrent builds serialise on an ``flock`` (the
-kernel drops it when a process dies, so a killed build never leaves a lock behind); a
-build happens in a private folder that is renamed into place only once complete.
+A family (``csrc/<family>/binding.cu`` and the headers it includes) is compiled through
+``load_inline`` when one of its ops first runs, for the current device's architecture
+only, and cached under ``cache_dir()`` in a folder named by the family and a hash of its
+sources, the flags and the toolchain: a change to any of them builds anew, nothing else
+does. So a first call builds only what it uses. Concurrent builds serialise on an
+``flock`` (the kernel drops it when a process dies, so a killed build never leaves a lock
+behind); a build happens in a private folder that is renamed into place only once
+complete.
 """
 
 from __future__ import annotations
@@ -28,54 +30,60 @@ from types import ModuleType
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-BINDINGS = "bindings.cu"
-
-# The functions bindings.cu defines, as pybind sees them (main.cpp, compiled by the host compiler).
-DECLARATIONS = """
-#include <torch/extension.h>
-#include <optional>
-#include <string>
-void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
-                  const std::string& op, int64_t outer, int64_t length, int64_t inner,
-                  int64_t x_so, int64_t x_sl, int64_t x_si, int64_t y_so, int64_t y_sl, int64_t y_si,
-                  double eps);
-void scan(const at::Tensor& x, at::Tensor& y, const std::string& op, int64_t outer, int64_t length,
-          int64_t inner, int64_t x_so, int64_t x_sl, int64_t x_si, int64_t y_so, int64_t y_sl,
-          int64_t y_si, bool reverse, bool exclusive);
-"""
-FUNCTIONS = ["reduce_scale", "scan"]
+# The declarations of every family's entry, compiled by the host compiler into the module
+# that pybind exposes (load_inline's main.cpp); each family's extension binds its own.
+ENTRIES = "entries.h"
 CUDA_FLAGS = ["-O3", "--split-compile=0"]  # the C++ standard is torch's choice
 
 
 def cuda_flags() -> list[str]:
-    """CUDA_FLAGS plus $NORMSCAN_EXTRA_CUDA_FLAGS (tuning variants: -D knobs of csrc/)."""
+    """CUDA_FLAGS plus $NORMSCAN_EXTRA_CUDA_FLAGS (tuning variants: the -D hooks of csrc/*/tuning.cuh)."""
     return CUDA_FLAGS + os.environ.get("NORMSCAN_EXTRA_CUDA_FLAGS", "").split()
+
+
+def families() -> list[str]:
+    """The kernel families: the folders of csrc/ that hold a binding.cu."""
+    return sorted(p.parent.name for p in CSRC.glob("*/binding.cu"))
+
 
 log = logging.getLogger("normscan")
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.M)
-_module: ModuleType | None = None
-_module_lock = threading.Lock()
+_modules: dict[str, ModuleType] = {}
+_modules_lock = threading.Lock()
 
 
 class BuildError(RuntimeError):
     """The CUDA kernels could not be compiled; the message carries the compiler's output."""
 
 
-def expand_source(entry: str, seen: set[str] | None = None) -> str:
-    """The text of ``csrc/<entry>`` with its local ``#include "..."`` lines inlined, once each."""
+def expand_source(entry: str, skip: frozenset[str] = frozenset(), seen: set[Path] | None = None) -> str:
+    """The text of ``csrc/<entry>`` with its local ``#include "..."`` lines inlined, once
+    each; includes resolve against the including file's folder. Headers named in ``skip``
+    (paths under csrc/) are left out."""
     seen = set() if seen is None else seen
-    seen.add(entry)
+    path = (CSRC / entry).resolve()
+    seen.add(path)
 
     def inline(match: re.Match) -> str:
-        name = match.group(1)
-        if name in seen:
+        name = os.path.relpath((path.parent / match.group(1)).resolve(), CSRC.resolve())
+        if name in skip or (CSRC / name).resolve() in seen:
             return ""
-        return expand_source(name, seen)
+        return expand_source(name, skip, seen)
 
-    text = (CSRC / entry).read_text()
+    text = path.read_text()
     text = re.sub(r"^\s*#\s*pragma\s+once\s*$", "", text, flags=re.M)
     return _INCLUDE.sub(inline, text)
+
+
+def family_source(family: str) -> str:
+    """The CUDA source of one family's extension, its headers inlined."""
+    return expand_source(f"{family}/binding.cu")
+
+
+def entries_source() -> str:
+    """What load_inline's main.cpp declares: the families' entries, with the pybind headers."""
+    return "#include <torch/extension.h>\n" + expand_source(ENTRIES)
 
 
 def cache_dir() -> Path:
@@ -97,13 +105,13 @@ def arch() -> tuple[int, int]:
 
 def build_key(source: str, capability: tuple[int, int]) -> str:
     """Hash of everything that changes the binary."""
-    parts = [source, DECLARATIONS, " ".join(cuda_flags()), torch.__version__, str(torch.version.cuda),
+    parts = [source, entries_source(), " ".join(cuda_flags()), torch.__version__, str(torch.version.cuda),
              f"sm_{capability[0]}{capability[1]}", sys.version.split()[0]]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def _ensure_visible_logging() -> None:
-    # The build takes a minute: say so even when the application configured no logging.
+    # A build takes a minute: say so even when the application configured no logging.
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("normscan: %(message)s"))
@@ -135,28 +143,31 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def is_built() -> bool:
-    """Whether the extension for this device, sources and toolchain is in the cache."""
+def _name(family: str, capability: tuple[int, int]) -> str:
+    return f"normscan_{family}_{build_key(family_source(family), capability)}"
+
+
+def is_built(family: str) -> bool:
+    """Whether this family's extension for this device, sources and toolchain is in the cache."""
     if not torch.cuda.is_available():
         return False
-    key = build_key(expand_source(BINDINGS), arch())
-    return (cache_dir() / f"normscan_{key}" / "COMPLETE").exists()
+    return (cache_dir() / _name(family, arch()) / "COMPLETE").exists()
 
 
-def _compile(name: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
+def _compile(name: str, family: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
     from torch.utils import cpp_extension
 
     kwargs = {}
     if "no_implicit_headers" in inspect.signature(cpp_extension.load_inline).parameters:
-        kwargs["no_implicit_headers"] = True  # bindings.cu includes just what it needs
+        kwargs["no_implicit_headers"] = True  # the bindings include just what they need
     saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"  # this device only
     try:
         return cpp_extension.load_inline(
-            name=name, cpp_sources=[DECLARATIONS], cuda_sources=[source], functions=FUNCTIONS,
+            name=name, cpp_sources=[entries_source()], cuda_sources=[source], functions=[family],
             extra_cuda_cflags=cuda_flags(), build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
-        raise BuildError(f"normscan: compiling the CUDA kernels for sm_{capability[0]}{capability[1]} "
+        raise BuildError(f"normscan: compiling the {family} kernels for sm_{capability[0]}{capability[1]} "
                          f"failed (build folder {folder}):\n{err}") from err
     finally:
         if saved is None:
@@ -165,14 +176,17 @@ def _compile(name: str, source: str, capability: tuple[int, int], folder: Path) 
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
-def load() -> ModuleType:
-    """The compiled extension, building it on first use. Raises BuildError on failure."""
-    global _module
-    if _module is not None:
-        return _module
-    with _module_lock:
-        if _module is not None:
-            return _module
+def load(family: str) -> ModuleType:
+    """The compiled extension of one kernel family, building it on first use. Raises
+    BuildError on failure."""
+    module = _modules.get(family)
+    if module is not None:
+        return module
+    with _modules_lock:
+        if family in _modules:
+            return _modules[family]
+        if family not in families():
+            raise ValueError(f"normscan: no kernel family {family!r}; the families are {', '.join(families())}")
         if not torch.cuda.is_available():
             raise RuntimeError("normscan: the CUDA kernels need a CUDA device, and torch sees none "
                                f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
@@ -183,22 +197,22 @@ def load() -> ModuleType:
                 f"(Ampere, sm_80); {torch.cuda.get_device_name()} is sm_{capability[0]}{capability[1]}. On this GPU, "
                 "use the PyTorch expressions in normscan.reference, or move the tensors to the CPU, where normscan "
                 "computes them.")
-        source = expand_source(BINDINGS)
-        key = build_key(source, capability)
-        name = f"normscan_{key}"
+        source = family_source(family)
+        name = f"normscan_{family}_{build_key(source, capability)}"
         root = cache_dir()
         final = root / name
         if not (final / "COMPLETE").exists():
             root.mkdir(parents=True, exist_ok=True)
             with _file_lock(root / f"{name}.lock"):
                 if not (final / "COMPLETE").exists():
-                    _module = _build_into(name, source, capability, root, final)
-                    return _module
-        _module = _import_built(name, final)
-        return _module
+                    _modules[family] = _build_into(name, family, source, capability, root, final)
+                    return _modules[family]
+        _modules[family] = _import_built(name, final)
+        return _modules[family]
 
 
-def _build_into(name: str, source: str, capability: tuple[int, int], root: Path, final: Path) -> ModuleType:
+def _build_into(name: str, family: str, source: str, capability: tuple[int, int], root: Path,
+                final: Path) -> ModuleType:
     # Leftovers of builds that were killed: we hold the lock, so nobody else is using them.
     for stale in root.glob(f"{name}.tmp*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -207,11 +221,11 @@ def _build_into(name: str, source: str, capability: tuple[int, int], root: Path,
     tmp = root / f"{name}.tmp{os.getpid()}"
     tmp.mkdir()
     _ensure_visible_logging()
-    log.info("building the CUDA kernels for sm_%d%d (first use; this takes about a minute) in %s",
-             capability[0], capability[1], final)
+    log.info("building the %s kernels for sm_%d%d (first use of that family; this takes about a minute) in %s",
+             family, capability[0], capability[1], final)
     start = time.perf_counter()
-    module = _compile(name, source, capability, tmp)
+    module = _compile(name, family, source, capability, tmp)
     (tmp / "COMPLETE").write_text(f"{time.perf_counter() - start:.1f} s\n")
     os.replace(tmp, final)
-    log.info("built the CUDA kernels in %.1f s", time.perf_counter() - start)
+    log.info("built the %s kernels in %.1f s", family, time.perf_counter() - start)
     return module

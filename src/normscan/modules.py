@@ -1,4 +1,5 @@
-"""nn.Module drop-ins. Constructors match KernelBench's Model for each problem."""
+"""nn.Module wrappers of the ops. Their constructors are KernelBench's Model's for each
+problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,19 @@ class L1Norm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    """RMS normalisation over ``dim`` (KernelBench 36_RMSNorm_: ``RMSNorm(num_features, eps)``).
+    """RMS normalisation over one dim: ``normscan.rms_norm(x, dim, eps, weight)``, with
+    KernelBench 36_RMSNorm_'s constructor ``RMSNorm(num_features, eps=1e-5)``.
 
-    With ``elementwise_affine=True`` it learns a weight of ``num_features`` ones, as
-    torch.nn.RMSNorm does.
+    Not torch.nn.RMSNorm's drop-in: that one takes ``normalized_shape`` and normalises over
+    the trailing dims, with eps=None (torch.finfo(x.dtype).eps) and a weight by default. This
+    one normalises over ``dim`` (1 by default: the channels of an NCHW tensor), of
+    ``num_features`` positions (checked against the input), with eps=1e-5 and no weight by
+    default; ``elementwise_affine=True`` gives a weight of ``num_features`` ones. For
+    torch.nn.RMSNorm(n) over the last dim, use ``RMSNorm(n, eps=None, dim=-1,
+    elementwise_affine=True)``.
     """
 
-    def __init__(self, num_features: int, eps: float = 1e-5, dim: int = 1, elementwise_affine: bool = False,
+    def __init__(self, num_features: int, eps: float | None = 1e-5, dim: int = 1, elementwise_affine: bool = False,
                  device=None, dtype=None):
         super().__init__()
         self.num_features = num_features
@@ -55,6 +62,9 @@ class RMSNorm(nn.Module):
             self.register_parameter("weight", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() and -x.dim() <= self.dim < x.dim() and x.shape[self.dim] != self.num_features:
+            raise ValueError(f"normscan.RMSNorm: built for {self.num_features} features along dim {self.dim}, but "
+                             f"the input has {x.shape[self.dim]} there (shape {tuple(x.shape)})")
         return ops.rms_norm(x, self.dim, self.eps, self.weight)
 
     def extra_repr(self) -> str:

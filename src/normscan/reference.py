@@ -1,12 +1,18 @@
 """The PyTorch expression of every op: the semantics normscan promises.
 
 The fused kernels must agree with these (to rounding) on every input, special values
-included; CPU tensors are computed by them until CPU kernels exist.
+included. Each takes its op's public arguments, in order. CPU tensors are computed by them,
+16-bit ones in float32 (:func:`in_float32`), as the kernels accumulate.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import torch
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def l2_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
@@ -19,14 +25,14 @@ def l1_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
 
 def rms_norm(x: torch.Tensor, dim: int = 1, eps: float = 1e-5, weight: torch.Tensor | None = None) -> torch.Tensor:
     y = x / torch.sqrt(torch.mean(x**2, dim=dim, keepdim=True) + eps)
-    if weight is not None:
-        shape = [1] * x.dim()
-        shape[dim] = -1
-        y = y * weight.reshape(shape)
+    if weight is not None:  # one weight per position along dim (a 0-d x has one position)
+        y = y * weight.reshape([-1 if d == dim % y.dim() else 1 for d in range(y.dim())])
     return y
 
 
 def _scan(fn, identity: float, x: torch.Tensor, dim: int, reverse: bool, exclusive: bool) -> torch.Tensor:
+    if x.dim() == 0:  # one element, as torch.cumsum takes it
+        return _scan(fn, identity, x.reshape(1), 0, reverse, exclusive).reshape(())
     if reverse:
         x = x.flip(dim)
     if exclusive and x.shape[dim] > 0:
@@ -42,3 +48,15 @@ def cumprod(x: torch.Tensor, dim: int, reverse: bool = False, exclusive: bool = 
 
 def cumsum(x: torch.Tensor, dim: int, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     return _scan(torch.cumsum, 0.0, x, dim, reverse, exclusive)
+
+
+def in_float32(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``fn`` with 16-bit tensor arguments evaluated in float32 and the result rounded once to
+    x's dtype, as the kernels compute (PyTorch's own fp16 ``x ** 2`` overflows above 256)."""
+    @functools.wraps(fn)
+    def wrapper(x: torch.Tensor, *args):
+        if x.dtype not in _HALF:
+            return fn(x, *args)
+        wide = [a.float() if isinstance(a, torch.Tensor) else a for a in args]
+        return fn(x.float(), *wide).to(x.dtype)
+    return wrapper

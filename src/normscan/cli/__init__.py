@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 
 from . import bench, env, export, verify
@@ -11,7 +13,7 @@ from . import bench, env, export, verify
 COMMANDS = {
     "bench": (bench, "check and time every op against eager, torch.compile and copy bandwidth"),
     "verify": (verify, "strict correctness sweep against float64 references"),
-    "env": (env, "versions, device, cache folder, build state"),
+    "env": (env, "versions, device, source commit, cache folder, build state"),
     "export-kernelbench": (export, "write self-contained KernelBench solution files"),
 }
 
@@ -27,4 +29,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="normscan: %(message)s")
-    return COMMANDS[args.command][0].main(args)
+    try:
+        code = COMMANDS[args.command][0].main(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader went away (`normscan ... | head`): end quietly, with the status of a
+        # program stopped by SIGPIPE, as other Unix tools do; and keep the interpreter's own
+        # flush at exit from failing on the closed pipe too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

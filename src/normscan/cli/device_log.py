@@ -1,10 +1,10 @@
 """What the GPU's clocks, power and temperature were while the bench ran (nvidia-smi).
 
-The same kernels have timed up to 3% apart on different machines (each call of the device
-tool may start another), while on one machine they repeat within 0.5% (NOTES.md). Each
-record names its GPU (uuid) and the clocks and clock limits its run saw: whether a slow
-run had its clocks cut, and which runs shared a GPU. (On the one slow machine seen so
-far the clocks were not the cause: 1980 MHz, no limits.)
+The same kernels have timed up to 3% apart on different H100s of one model, while on one
+machine they repeat within 0.5% (NOTES.md). Each record names its GPU (uuid) and the
+clocks and clock limits its run saw: whether a slow run had its clocks cut, and which runs
+shared a GPU. (On the one slow machine seen so far the clocks were not the cause: 1980
+MHz, no limits.)
 """
 
 from __future__ import annotations
@@ -70,13 +70,14 @@ def describe(state: dict | None) -> str:
 
 class DeviceLog:
     """Samples the GPU `uuid` about every SAMPLE_MS while in use: `with DeviceLog(uuid) as
-    log: ...`, then `log.state` (None where there is no nvidia-smi). One query a sample, from
-    a thread: a looping nvidia-smi's piped output can still sit in its buffer when stopped."""
+    log: ...`, then `log.state` (None where there is no nvidia-smi, or not `enabled`). One
+    query a sample, from a thread: a looping nvidia-smi's piped output can still sit in its
+    buffer when stopped."""
 
-    def __init__(self, uuid: str | None = None):
+    def __init__(self, uuid: str | None = None, enabled: bool = True):
         self.uuid = uuid
         self.state: dict | None = None
-        smi = shutil.which("nvidia-smi")
+        smi = shutil.which("nvidia-smi") if enabled else None
         self._cmd = [smi, f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader,nounits"] if smi else None
         self._lines: list[str] = []
         self._failed = 0

@@ -1,28 +1,66 @@
-"""`normscan env`: versions, device, architecture, the cache folder, and whether the kernels are built."""
+"""`normscan env`: versions, device, the source commit, the cache folder, and which kernel
+families are built."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
+import subprocess
+from pathlib import Path
 
 import torch
 
 from .. import __version__, _build
 
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _git(folder: Path, *args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):  # no git: no commit to report
+        return None
+
+
+def source_commit(package: Path = PACKAGE) -> str:
+    """normscan's own commit: $NORMSCAN_COMMIT (for a copy of a checkout without .git), else
+    the HEAD of the git checkout normscan's sources are tracked in (with "-dirty" when they
+    differ from it), else "unknown" (an installed wheel; or a checkout of something else,
+    such as a project whose virtual environment holds normscan)."""
+    if os.environ.get("NORMSCAN_COMMIT"):
+        return os.environ["NORMSCAN_COMMIT"]
+    tracked = _git(package, "ls-files", "--error-unmatch", "__init__.py")
+    if tracked is None or tracked.returncode != 0:
+        return "unknown"
+    head = _git(package, "rev-parse", "--short", "HEAD")
+    if head is None or head.returncode != 0 or not head.stdout.strip():
+        return "unknown"
+    status = _git(package, "status", "--porcelain", "--untracked-files=no", "--", ".")
+    dirty = status is not None and bool(status.stdout.strip())
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
 
 def facts() -> list[tuple[str, str]]:
-    rows = [("normscan", __version__), ("python", platform.python_version()), ("torch", torch.__version__),
-            ("torch CUDA", str(torch.version.cuda)), ("nvcc", shutil.which("nvcc") or "not on PATH")]
-    if torch.cuda.is_available():
+    rows = [("normscan", f"{__version__} (commit {source_commit()})"), ("python", platform.python_version()),
+            ("torch", torch.__version__), ("torch CUDA", str(torch.version.cuda)),
+            ("nvcc", shutil.which("nvcc") or "not on PATH")]
+    cuda = torch.cuda.is_available()
+    if cuda:
         major, minor = _build.arch()
         props = torch.cuda.get_device_properties(0)
         rows += [("device", f"{props.name} (sm_{major}{minor}, {props.multi_processor_count} SMs, "
                             f"{props.total_memory / 2**30:.0f} GiB)")]
     else:
         rows += [("device", "no CUDA device visible to torch")]
-    rows += [("cache folder", str(_build.cache_dir())),
-             ("kernels built", "yes" if _build.is_built() else "no (built on first use)")]
+    rows += [("cache folder", str(_build.cache_dir()))]
+    for family in _build.families():
+        if not cuda:
+            state = "no: the CUDA kernels cannot be built or run here (no CUDA device); CPU tensors use the reference"
+        else:
+            state = "yes" if _build.is_built(family) else "no (built on first use of one of its ops)"
+        rows.append((f"{family} kernels built", state))
     return rows
 
 
@@ -31,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    width = max(len(k) for k, _ in facts())
-    for key, value in facts():
+    rows = facts()
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
         print(f"{key.ljust(width)}  {value}")
     return 0

@@ -1,7 +1,9 @@
-"""Plain-text tables and an optional progress bar (tqdm, when installed) for the commands."""
+"""Plain-text tables, an optional progress bar (tqdm, when installed) and argument types
+for the commands."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Iterable, Sequence, TypeVar
 
@@ -31,3 +33,14 @@ def progress(items: Iterable[T], what: str) -> Iterable[T]:
             yield item
         return
     yield from tqdm(items, desc=what, file=sys.stderr, disable=None)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (argparse names the argument)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value}")
+    return value

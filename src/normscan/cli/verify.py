@@ -1,297 +1,34 @@
-"""`normscan verify`: every op against a float64 reference, on fresh random inputs.
-
-A case builds an input, runs the op into an output buffer poisoned beforehand (so an
-unwritten element shows), and compares with the PyTorch expression evaluated in float64
-on the same input: special values (NaN, +-inf) must match exactly, the rest by relative
-error ||out - ref|| / ||ref|| within the dtype's bound. The GPU tests run these cases.
-"""
+"""`normscan verify`: every op against its reference in float64, on fresh random inputs
+(the cases are testing.py's); exits 1 on any failure, 2 where nothing can be verified."""
 
 from __future__ import annotations
 
 import argparse
-import math
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from .. import ops, reference
-
-# Normalisations: one fp32 reduction and one rounding to the output dtype. 16-bit outputs
-# are a single rounding (unit roundoff u = 2^-11 fp16, 2^-8 bf16) of an fp32-accurate
-# value, so 2u bounds them; fp32 is the issue's 1e-5.
-NORM_BOUNDS = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
-REDUCE_OPS = {"l2": "l2_normalize", "l1": "l1_normalize", "rms": "rms_norm"}
-SCAN_OPS = {"prod": "cumprod", "sum": "cumsum"}
+from .. import testing
+from ..registry import REGISTRY
 
 
-@dataclass
-class Case:
-    name: str
-    op: str                      # a key of REDUCE_OPS or SCAN_OPS
-    make: Callable[[str], torch.Tensor]  # device -> input
-    dim: int
-    eps: float = 1e-5
-    with_weight: bool = False
-    reverse: bool = False
-    exclusive: bool = False
-    sample: tuple[int, int] | None = None  # (dim, count): check only these slices (huge inputs)
-
-
-@dataclass
-class Result:
-    case: Case
-    dtype: str
-    shape: tuple[int, ...]
-    error: float
-    bound: float
-    passed: bool
-    detail: str = ""
-
-
-# ---------------------------------------------------------------- inputs
-def _values(shape, dtype, device, dist: str, gen: torch.Generator) -> torch.Tensor:
-    big = 6e3 if dtype == torch.float16 else 1e15
-    tiny = 1e-3 if dtype == torch.float16 else 1e-15
-    f = torch.float32 if dtype != torch.float64 else torch.float64
-    if dist == "uniform":
-        x = torch.rand(shape, generator=gen, device=device, dtype=f)
-    elif dist == "normal":
-        x = torch.randn(shape, generator=gen, device=device, dtype=f)
-    elif dist == "mixed":  # signs and magnitudes over six decades
-        x = torch.randn(shape, generator=gen, device=device, dtype=f)
-        x = x * torch.exp(torch.empty(shape, device=device, dtype=f).uniform_(-7, 7, generator=gen))
-    elif dist == "large":
-        x = torch.randn(shape, generator=gen, device=device, dtype=f) * big
-    elif dist == "tiny":
-        x = torch.randn(shape, generator=gen, device=device, dtype=f) * tiny
-    elif dist == "near1":  # running products stay in range: 1 + noise, random signs, some zeros
-        x = 1 + 0.01 * torch.randn(shape, generator=gen, device=device, dtype=f)
-        sign = torch.randint(0, 2, shape, generator=gen, device=device) * 2 - 1
-        x = x * sign
-        x[torch.rand(shape, generator=gen, device=device) < 1e-4] = 0
-    elif dist == "walk":  # long running products, no zeros, random signs; the log of the
-        # product is a driftless walk that stays inside the dtype's range
-        if dtype.itemsize == 2:  # rounding exp(noise) to 8 or 11 bits biases the walk: +-1,
-            # and 2 or 1/2 a few times a row (exact, so the carries alone decide the result)
-            u = torch.rand(shape, generator=gen, device=device, dtype=f)
-            p = 4 / max(shape[-1], 1)
-            x = torch.where(u < p, 2.0, torch.where(u < 2 * p, 0.5, 1.0)).to(f)
-        else:  # 4 sigma sqrt(2**24) = 65 < ln(FLT_MAX)
-            x = torch.exp(4e-3 * torch.randn(shape, generator=gen, device=device, dtype=f))
-        x = x * (torch.randint(0, 2, shape, generator=gen, device=device) * 2 - 1)
-    else:
-        raise ValueError(dist)
-    return x.to(dtype)
-
-
-def maker(shape, dtype=torch.float32, dist="normal", view=None, specials=None):
-    def make(device: str) -> torch.Tensor:
-        gen = torch.Generator(device=device)
-        gen.seed()  # fresh inputs every run
-        x = _values(shape, dtype, device, dist, gen)
-        if specials:
-            specials(x)
-        return view(x) if view else x
-    return make
-
-
-def _zero_row(x):
-    x.view(-1, x.shape[-1])[0].zero_()
-
-
-def _inf_nan(x):
-    flat = x.view(-1, x.shape[-1])
-    flat[0, 0] = float("inf")
-    flat[-1, -1] = float("nan")
-    if flat.shape[0] > 2:
-        flat[1, flat.shape[1] // 2] = float("-inf")
-
-
-# ---------------------------------------------------------------- cases
-def cases(quick: bool = False, huge: bool = True) -> list[Case]:
-    """Every case of the sweep; ``quick`` keeps a representative subset, ``huge`` adds >2**31 elements."""
-    out: list[Case] = []
-    dtypes = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
-    row_shapes = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (3, 65539), (2, 300001)]
-    if not quick:
-        row_shapes += [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003)]
-    # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
-    # along inner (every dtype), an odd inner the scalar kernels.
-    strided = [((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
-               ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
-               ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 5, 7, 9), 0),
-               ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
-    views = {
-        "transposed": (lambda x: x.t(), (64, 33), 1),
-        "sliced": (lambda x: x[:, :-1], (6, 1001), 1),
-        "stepped": (lambda x: x[:, ::2], (6, 1001), 1),
-        "channels_last": (lambda x: x.permute(0, 2, 3, 1), (2, 6, 7, 40), 3),
-        "expanded": (lambda x: x.expand(5, -1), (1, 777), 1),
-        "unfoldable": (lambda x: x[:, :, 1:3, ::2], (2, 3, 4, 9), 1),
-        "offset": (lambda x: x.view(-1)[1:].view(4, 999), (3997,), 1),
-    }
-    for op in [*REDUCE_OPS, *SCAN_OPS]:
-        is_scan = op in SCAN_OPS
-        dist = "near1" if op == "prod" else "normal"
-        for dtype in dtypes:
-            for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
-                out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
-            if not quick:  # the longest rows one block holds: 4096 16-byte vectors
-                shape = (3, 4096 * 16 // dtype.itemsize)
-                out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
-            for shape, dim in strided if dtype == torch.float32 else strided[:7]:
-                out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
-        for vname, (view, shape, dim) in views.items():
-            out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=view), dim))
-        dists = ["uniform", "mixed"] if is_scan else ["uniform", "mixed", "large", "tiny"]
-        for d in dists:
-            out.append(Case(f"{op} {d} (64, 4099)", op, maker((64, 4099), torch.float32, d), 1))
-        out.append(Case(f"{op} zero row", op, maker((4, 515), torch.float32, dist, specials=_zero_row), 1))
-        out.append(Case(f"{op} inf/nan", op, maker((4, 515), torch.float32, dist, specials=_inf_nan), 1))
-        out.append(Case(f"{op} empty", op, maker((0, 17), torch.float32, dist), 1))
-        out.append(Case(f"{op} empty dim", op, maker((5, 0, 3), torch.float32, dist), 1))
-        out.append(Case(f"{op} 0-d", op, maker((), torch.float32, dist), 0))
-        if is_scan:
-            for rev, exc in [(True, False), (False, True), (True, True)]:
-                # (3, 2**22+5): several look-back rows, each aligned differently.
-                for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((3, (1 << 22) + 5), 1)]:
-                    d = "walk" if op == "prod" and shape[-1] > 1 << 20 else dist
-                    out.append(Case(f"{op} {shape} dim={dim} reverse={rev} exclusive={exc}", op,
-                                    maker(shape, torch.float32, d), dim, reverse=rev, exclusive=exc))
-            # Long rows go to the look-back kernel. Products of "near1" values reach their
-            # first zero within ~10**4 elements, after which every carry is 0: only inputs
-            # without zeros check the carries across the whole row.
-            long_dist = "walk" if op == "prod" else dist
-            out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, long_dist), 1))
-            out.append(Case(f"{op} few long rows (4, 2**22+1) bf16", op,
-                            maker((4, (1 << 22) + 1), torch.bfloat16, long_dist), 1))
-            for dtype in (torch.float16, torch.float64):  # the look-back kernel's other instantiations
-                out.append(Case(f"{op} few long rows (2, 2**22+3) {_dt(dtype)}", op,
-                                maker((2, (1 << 22) + 3), dtype, long_dist), 1))
-        if op == "rms":
-            out.append(Case("rms eps=0 zero row", "rms", maker((4, 515), torch.float32, specials=_zero_row), 1, eps=0.0))
-            for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
-                                      ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16)]:
-                out.append(Case(f"rms weight {shape} dim={dim} {_dt(dtype)}", "rms", maker(shape, dtype), dim,
-                                with_weight=True))
-        if huge and not quick:  # more than 2**31 elements: 64-bit offsets
-            out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), 1,
-                            sample=(0, 6)))
-            out.append(Case(f"{op} >2**31 strided (2, 64, 2**24+8)", op,
-                            maker((2, 64, (1 << 24) + 8), torch.float32, dist), 1, sample=(2, 64)))
-    return out
-
-
-def _dt(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-# ---------------------------------------------------------------- checking
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
-    """(relative error over finite reference values, mismatch description or "").
-
-    The reference is exact (float64); where its value lies beyond out's dtype, PyTorch's op
-    in that dtype gives inf too, so its infinities are taken after rounding to out's dtype.
-    """
-    ref_in_dtype = ref.to(out.dtype).double()
-    out = out.double()
-    nan_ref, nan_out = ref.isnan(), out.isnan()
-    if not torch.equal(nan_ref, nan_out):
-        return math.inf, f"NaN mismatch at {int((nan_ref ^ nan_out).sum())} elements"
-    inf_ref = ref_in_dtype.isinf()
-    if not torch.equal(inf_ref, out.isinf()) or not torch.equal(out[inf_ref], ref_in_dtype[inf_ref]):
-        return math.inf, "inf mismatch"
-    finite = ~(nan_ref | inf_ref)
-    diff = torch.linalg.vector_norm((out - ref)[finite]).item()
-    norm = torch.linalg.vector_norm(ref[finite]).item()
-    return (diff / norm if norm > 0 else diff), ""
-
-
-def _reference(case: Case, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    xd = x.double()
-    if case.op in REDUCE_OPS:
-        if case.op == "rms":
-            return reference.rms_norm(xd, case.dim, case.eps, None if weight is None else weight.double())
-        return getattr(reference, REDUCE_OPS[case.op])(xd, case.dim)
-    return getattr(reference, SCAN_OPS[case.op])(xd, case.dim, case.reverse, case.exclusive)
-
-
-def run_op(case: Case, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
-    """The op on CUDA; into ``out`` when given (and x's layout folds), else through the public API."""
-    dim = case.dim % max(x.dim(), 1)
-    if out is not None and ops.plan(x, out, dim) is not None:
-        if case.op in REDUCE_OPS:
-            return ops._reduce_scale_cuda(case.op, x, dim, weight, case.eps, out=out)
-        return ops._scan_cuda(case.op, x, dim, case.reverse, case.exclusive, out=out)
-    if case.op in REDUCE_OPS:
-        if case.op == "rms":
-            return ops.rms_norm(x, case.dim, case.eps, weight)
-        return getattr(ops, REDUCE_OPS[case.op])(x, case.dim)
-    return getattr(ops, SCAN_OPS[case.op])(x, case.dim, reverse=case.reverse, exclusive=case.exclusive)
-
-
-def check(case: Case, device: str = "cuda") -> Result:
-    x = case.make(device)
-    dim = case.dim % max(x.dim(), 1)
-    weight = None
-    if case.with_weight:
-        weight = (torch.rand(x.shape[dim], device=device) + 0.5).to(x.dtype)
-    out = ops.output_like(x)
-    # NaN poison shows unwritten elements wherever the reference has none; else a sentinel.
-    poison = math.nan if not x.isnan().any() else -1234.5
-    out.fill_(poison)
-    y = run_op(case, x, weight, out)
-    torch.cuda.synchronize()
-    detail = ""
-    if case.sample is not None:
-        sdim, count = case.sample
-        if not bool(x.isnan().any()) and bool(y.isnan().any()):
-            return Result(case, _dt(x.dtype), tuple(x.shape), math.inf, 0.0, False, "unwritten elements")
-        n = x.shape[sdim]
-        idx = torch.unique(torch.cat([torch.tensor([0, n - 1]), torch.randint(0, n, (count,))])).to(device)
-        x, y = x.index_select(sdim, idx), y.index_select(sdim, idx)
-        detail = f"checked {len(idx)} slices of dim {sdim}; all written"
-    ref = _reference(case, x, weight)
-    err, mismatch = rel_error(y, ref)
-    if case.op in SCAN_OPS and x.dtype == torch.float64:
-        # The reference is itself float64, so PyTorch's error against it is 0: bound the gap
-        # between two evaluation orders instead, (n - 1) roundings of a length-n scan.
-        bound = max(1, x.shape[dim] - 1 if x.dim() else 0) * UNIT_ROUNDOFF[x.dtype]
-    elif case.op in SCAN_OPS:  # no worse than 2x PyTorch's own error on the same input
-        theirs = _reference_in(case, x)
-        torch_err, _ = rel_error(theirs, ref)
-        bound = max(2 * torch_err, 2 * UNIT_ROUNDOFF[x.dtype])
-    else:
-        bound = NORM_BOUNDS[x.dtype]
-    passed = not mismatch and err <= bound
-    return Result(case, _dt(x.dtype), tuple(x.shape), err, bound, passed, mismatch or detail)
-
-
-def _reference_in(case: Case, x: torch.Tensor) -> torch.Tensor:
-    """PyTorch's own scan in x's dtype (the bar for ours)."""
-    return getattr(reference, SCAN_OPS[case.op])(x, case.dim, case.reverse, case.exclusive)
-
-
-# ---------------------------------------------------------------- command
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a representative subset (seconds, not minutes)")
     p.add_argument("--no-huge", action="store_true", help="skip the >2**31-element cases (they need ~40 GB)")
-    p.add_argument("--ops", nargs="+", choices=[*REDUCE_OPS, *SCAN_OPS], help="only these ops")
+    p.add_argument("--ops", nargs="+", choices=list(REGISTRY), metavar="OP",
+                   help=f"only these ops ({', '.join(REGISTRY)})")
 
 
 def main(args: argparse.Namespace) -> int:
     from .report import print_table, progress
 
     if not torch.cuda.is_available():
-        print("normscan verify: no CUDA device here; the kernels cannot run, so there is nothing to verify.")
-        print("(CPU tensors are computed by the PyTorch reference expressions, which are the definition.)")
-        return 0
-    selected = [c for c in cases(args.quick, not args.no_huge) if not args.ops or c.op in args.ops]
+        print("normscan verify: no CUDA device here, so the kernels cannot run and nothing was verified "
+              "(CPU tensors are computed by the PyTorch reference expressions, which are the definition).")
+        return 2
+    selected = testing.cases(args.ops, args.quick, not args.no_huge)
     results = []
     for case in progress(selected, "verify"):
-        results.append(check(case))
+        results.append(testing.check(case))
         torch.cuda.empty_cache()
     rows = [[r.case.name, r.dtype, f"{r.error:.2e}", f"{r.bound:.1e}", "pass" if r.passed else "FAIL", r.detail]
             for r in results]

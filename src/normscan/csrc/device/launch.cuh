@@ -1,14 +1,51 @@
-// Grid launches, with or without a thread-block cluster. Host only.
+// Host side: per-device facts, and grid launches with or without a thread-block cluster.
 #pragma once
 
-#include "primitives.cuh"
+#include "types.cuh"
 
 namespace normscan {
+
+// Per-device facts the launchers need, read once per device.
+struct DeviceInfo {
+  int sms = 0;
+  int major = 0;
+};
+
+inline cudaError_t device_info(DeviceInfo* out) {
+  constexpr int kMaxDevices = 64;
+  static DeviceInfo cache[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  DeviceInfo& d = cache[dev];
+  if (d.sms == 0) {
+    err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+  }
+  *out = d;
+  return cudaSuccess;
+}
+
+// Blocks of `kernel` that fit on the whole device at once: the size of a persistent grid.
+template <typename Kernel>
+inline cudaError_t resident_blocks(Kernel kernel, int threads, size_t smem, int64_t* out) {
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  int per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem);
+  if (err != cudaSuccess) return err;
+  *out = static_cast<int64_t>(per_sm > 0 ? per_sm : 1) * d.sms;
+  return cudaSuccess;
+}
 
 // How a grid covers its work units (each unit is one cluster of blocks; kernels loop over
 // units with a grid stride, so both cover any count):
 //   PerUnit: one cluster per unit, up to the grid limit; the hardware starts a unit as soon
-//            as one finishes (measured 2-6% faster than Persistent on row and scan kernels).
+//            as one finishes (2-6% faster than Persistent on row and scan kernels: NOTES.md).
 //   Persistent: no more clusters than are resident at once; for kernels that fetch their
 //            next unit while working on this one.
 enum class Grid { PerUnit, Persistent };

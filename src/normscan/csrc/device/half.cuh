@@ -1,11 +1,11 @@
 // fp16 and bf16 elements: conversions to and from the fp32 accumulator.
-// Kept apart from primitives.cuh so that float-only builds need no fp16 headers.
+// Kept apart from device/types.cuh so that float-only builds need no fp16 headers.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "primitives.cuh"
+#include "types.cuh"
 
 namespace normscan {
 

@@ -1,0 +1,104 @@
+"""What the bench times, from the registry: each KernelBench problem at its size, and each
+op's shape sweep (by its family and arguments), beside eager PyTorch, torch.compile and
+the peers that have the op; on the CPU the same entries at reduced sizes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .problems import all_problems
+from .registry import REGISTRY, OpSpec
+from .timing import Entry
+
+# Rows of every length class: the row kernels' rungs, a cluster, and short tensors.
+ROW_SHAPES = [(65536, 1024), (8192, 16384), (1024, 262144), (256, 4096), (16, 1024)]
+# Ops with a weight: LLM hidden sizes along the last dim, weighted; and the channel dim of
+# NCHW tensors (fp32).
+WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
+CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512)]
+# Scans: many rows, a strided dim, one long row, and small ones (fp32).
+SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((4096, 4096), 1), ((64, 1024), 1)]
+# Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry.
+PEERS = {"rms_norm": {"F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)}}
+# The CPU run's budget: elements per input.
+CPU_ELEMENTS = 1 << 18
+
+
+def _entry(label: str, spec: OpSpec, shape, dtype, dim: int, kwargs: dict | None = None, weight: bool = False,
+           peers: bool = False) -> Entry:
+    kwargs = dict(kwargs or {})
+
+    def eager(x, w):
+        return spec.reference(x, dim, *spec.args(dict(kwargs, weight=w)))
+    baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
+    if peers:
+        baselines.update(PEERS.get(spec.name, {}))
+    return Entry(label, spec.name, tuple(shape), dtype, dim, kwargs, weight, baselines)
+
+
+def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
+    """The KernelBench problems at their sizes, fp32."""
+    out = []
+    for p in all_problems().values():
+        if ops is None or p.op in ops:
+            kwargs = p.kwargs()
+            dim = kwargs.pop("dim")
+            out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs))
+    return out
+
+
+def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entry]:
+    """Each op's shape sweep: rows in every dtype asked; the channel dim and the scans in
+    float32 when it is asked (their bars are fp32), else in the dtypes asked."""
+    out: list[Entry] = []
+    specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
+    for dtype in dtypes:
+        dt = str(dtype).replace("torch.", "")
+        for spec in specs:
+            if spec.family.name != "reduce_scale":
+                continue
+            if spec.takes("weight"):
+                for shape in WEIGHTED_ROW_SHAPES:
+                    out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, -1, weight=True,
+                                      peers=True))
+            else:
+                for shape in ROW_SHAPES:
+                    out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
+    for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
+        dt = str(dtype).replace("torch.", "")
+        for spec in specs:
+            if spec.family.name == "reduce_scale" and spec.takes("weight"):
+                for shape in CHANNEL_SHAPES:
+                    out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
+            if spec.family.name == "scan":
+                for shape, dim in SCAN_SHAPES:
+                    out.append(_entry(f"{spec.name} {shape} dim={dim} {dt}", spec, shape, dtype, dim))
+    return out
+
+
+def reduced_shape(shape: tuple[int, ...], dim: int, budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
+    """A shape of at most `budget` elements for a CPU run: the op's dim cut to at most 4096
+    first (it still reduces or scans over many elements), then the largest other dims halved."""
+    out = list(shape)
+    d = dim % len(out)
+    while out[d] > 4096:
+        out[d] = (out[d] + 1) // 2
+    while math.prod(out) > budget:
+        i = max((i for i in range(len(out)) if i != d), key=lambda i: out[i], default=d)
+        if out[i] == 1:
+            i = d
+        out[i] = (out[i] + 1) // 2
+    return tuple(out)
+
+
+def on_cpu(entries: list[Entry]) -> list[Entry]:
+    """The entries at reduced sizes, for a machine without a GPU."""
+    out = []
+    for e in entries:
+        shape = reduced_shape(e.shape, e.dim)
+        label = e.label if shape == e.shape else f"{e.label} at {shape}"
+        out.append(Entry(label, e.op, shape, e.dtype, e.dim, e.kwargs, e.weight, e.baselines))
+    return out

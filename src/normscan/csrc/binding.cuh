@@ -1,0 +1,62 @@
+// Torch glue shared by the families' bindings (csrc/<family>/binding.cu): checks, the
+// view, dtype dispatch. Only the bindings see torch. With NORMSCAN_FLOAT32_ONLY (the
+// exported KernelBench files) only float32 kernels are built, and no fp16 header is read.
+#pragma once
+
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "device/view.cuh"
+#include "entries.h"
+#ifndef NORMSCAN_FLOAT32_ONLY
+#include "device/half.cuh"
+#endif
+
+#ifdef NORMSCAN_FLOAT32_ONLY
+#define NORMSCAN_DISPATCH_FLOATS(TYPE, NAME, ...) AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__))
+#else
+#define NORMSCAN_DISPATCH_FLOATS(TYPE, NAME, ...) \
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, NAME, __VA_ARGS__)
+#endif
+
+namespace normscan {
+
+// The kernels' element type for a torch scalar type.
+template <typename T> struct CudaType { using type = T; };
+#ifndef NORMSCAN_FLOAT32_ONLY
+template <> struct CudaType<at::Half> { using type = __half; };
+template <> struct CudaType<at::BFloat16> { using type = __nv_bfloat16; };
+#endif
+template <typename T> using cuda_t = typename CudaType<T>::type;
+
+template <typename T> const T* data(const at::Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
+template <typename T> T* mutable_data(at::Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
+
+inline void check_cuda(cudaError_t err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, "normscan: ", what, " failed: ", cudaGetErrorString(err));
+}
+
+// Every element the view reaches lies in t's storage (strides are never negative).
+inline void check_reach(const at::Tensor& t, int64_t so, int64_t sl, int64_t si, const View& v, const char* name) {
+  if (v.empty()) return;
+  TORCH_CHECK(so >= 0 && sl >= 0 && si >= 0, "normscan: the view's strides of ", name, " must not be negative");
+  const int64_t last = t.storage_offset() + (v.outer - 1) * so + (v.length - 1) * sl + (v.inner - 1) * si;
+  TORCH_CHECK(last < static_cast<int64_t>(t.storage().nbytes() / t.itemsize()), "normscan: the view reaches past ",
+              name, "'s storage");
+}
+
+// x and y checked against each other and against the view; the view as the kernels take it.
+inline View checked_view(const at::Tensor& x, const at::Tensor& y, at::IntArrayRef fields) {
+  TORCH_CHECK(x.is_cuda() && y.is_cuda(), "normscan: x and y must be CUDA tensors");
+  TORCH_CHECK(x.device() == y.device(), "normscan: x and y must be on one device");
+  TORCH_CHECK(x.scalar_type() == y.scalar_type(), "normscan: x and y must have one dtype");
+  TORCH_CHECK(fields.size() == View::kFields, "normscan: a view has ", View::kFields, " fields, got ", fields.size());
+  const View v = View::from(fields.data());
+  check_reach(x, v.x_so, v.x_sl, v.x_si, v, "x");
+  check_reach(y, v.y_so, v.y_sl, v.y_si, v, "y");
+  return v;
+}
+
+}  // namespace normscan

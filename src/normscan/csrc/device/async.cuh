@@ -1,0 +1,51 @@
+// Asynchronous copies into shared memory, and arrive/wait barriers (sm_80+).
+#pragma once
+
+#include "types.cuh"
+
+namespace normscan {
+
+// 16-byte global -> shared copies that land while the thread does other work. A thread
+// waits only for its own copies, so data a thread copies and later reads itself needs no
+// barrier.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+// Commits this thread's copies issued so far and waits for all of them.
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+}
+
+// A shared-memory barrier (mbarrier) that a subset of the block's threads arrive on and
+// any thread may wait for, while the rest of the block goes on: a phase completes when
+// `count` arrivals are in. Arriving releases this thread's earlier shared-memory writes to
+// whoever waits for the phase.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(s), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared.b64 state, [%0];\n\t}" ::"r"(s) : "memory");
+}
+// Waits until the phase of the given parity (0 for the first, then 1, 0, ...) completes.
+// sm_90's try_wait lets the thread sleep a while inside each probe (1% faster than
+// test_wait on the look-back scan: NOTES.md).
+#if __CUDA_ARCH__ >= 900
+#define NORMSCAN_MBARRIER_PROBE "mbarrier.try_wait.parity.shared.b64"
+#else
+#define NORMSCAN_MBARRIER_PROBE "mbarrier.test_wait.parity.shared.b64"
+#endif
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT:\n\t" NORMSCAN_MBARRIER_PROBE " done, [%0], %1;\n\t"
+      "@!done bra WAIT;\n\t}" ::"r"(s),
+      "r"(parity)
+      : "memory");
+}
+#undef NORMSCAN_MBARRIER_PROBE
+
+}  // namespace normscan

@@ -1,0 +1,46 @@
+// Thread-block clusters (sm_90): a block's place in its cluster, and a sum across it
+// through distributed shared memory. Where clusters do not exist (sm_80, host passes) a
+// block is a cluster of one, and NORMSCAN_CLUSTERS is undefined.
+#pragma once
+
+#include "reduce.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#define NORMSCAN_CLUSTERS 1
+#endif
+
+namespace normscan {
+
+#ifdef NORMSCAN_CLUSTERS
+namespace cg = cooperative_groups;
+#endif
+
+// This block's place in its thread-block cluster: .x the cluster's size, .y the block's
+// rank (1 and 0 where there are no clusters).
+__device__ __forceinline__ int2 cluster_place() {
+#ifdef NORMSCAN_CLUSTERS
+  const cg::cluster_group cluster = cg::this_cluster();
+  return make_int2(static_cast<int>(cluster.num_blocks()), static_cast<int>(cluster.block_rank()));
+#else
+  return make_int2(1, 0);
+#endif
+}
+
+#ifdef NORMSCAN_CLUSTERS
+// Sum over the `csize` blocks of the cluster of each block's v (thread 0's counts); every
+// thread gets it, summed in rank order. `slot` is this block's shared scratch of one value:
+// callers alternate two, and sync the cluster once more before any block exits, so that no
+// block's shared memory is read after it has gone.
+template <typename A>
+__device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
+  const int lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) *slot = v;
+  cg::this_cluster().sync();
+  A c = A(0);
+  if (lane < csize) c = *cg::this_cluster().map_shared_rank(slot, lane);
+  return warp_reduce<SumOp>(c);
+}
+#endif
+
+}  // namespace normscan

@@ -1,0 +1,68 @@
+// Global memory access: 16-byte vector loads and stores (optionally under an L2 cache
+// policy), and a row split into an unaligned head, whole vectors and a tail.
+#pragma once
+
+#include "types.cuh"
+
+namespace normscan {
+
+// 16-byte loads and stores; L2_LAST puts them under an L2 evict_last policy (sm_80+), so
+// that L2 keeps their lines ahead of lines accessed without one.
+__device__ __forceinline__ uint64_t l2_evict_last_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+template <typename T, int N, bool L2_LAST = false>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+  if constexpr (L2_LAST) {
+    static_assert(sizeof(T) * N == 16, "16-byte vectors");
+    uint4 r;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(l2_evict_last_policy()));
+    return *reinterpret_cast<const Vec<T, N>*>(&r);
+  } else {
+    return *reinterpret_cast<const Vec<T, N>*>(p);
+  }
+}
+template <typename T, int N, bool L2_LAST = false>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+  if constexpr (L2_LAST) {
+    static_assert(sizeof(T) * N == 16, "16-byte vectors");
+    const uint4 r = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(r.x), "r"(r.y),
+                 "r"(r.z), "r"(r.w), "l"(l2_evict_last_policy())
+                 : "memory");
+  } else {
+    *reinterpret_cast<Vec<T, N>*>(p) = v;
+  }
+}
+
+// A row of n elements split into an unaligned head, whole N-element vectors, and a tail.
+// With N == 1 everything is "body" and head == tail == 0.
+struct RowSplit {
+  int64_t head;  // elements before the first aligned vector
+  int64_t nvec;  // whole vectors
+  int64_t tail;  // elements after the last vector
+};
+
+template <typename T, int N>
+__device__ __forceinline__ RowSplit split_row(const T* p, int64_t n) {
+  RowSplit s;
+  if (N == 1) {
+    s.head = 0;
+    s.nvec = n;
+    s.tail = 0;
+    return s;
+  }
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  int64_t head = static_cast<int64_t>(((sizeof(T) * N) - (addr % (sizeof(T) * N))) % (sizeof(T) * N) / sizeof(T));
+  if (head > n) head = n;
+  s.head = head;
+  s.nvec = (n - head) / N;
+  s.tail = n - head - s.nvec * N;
+  return s;
+}
+
+}  // namespace normscan

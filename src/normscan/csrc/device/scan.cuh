@@ -1,0 +1,34 @@
+// Scans over the lanes of a warp and over the warps of a block.
+#pragma once
+
+#include "reduce.cuh"
+
+namespace normscan {
+
+// Inclusive scan over the lanes of a warp, in lane order.
+template <typename Op, typename A>
+__device__ __forceinline__ A warp_inclusive_scan(A v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const A n = __shfl_up_sync(kFullMask, v, o);
+    if (lane >= o) v = Op::apply(n, v);
+  }
+  return v;
+}
+
+// Exclusive scan over the warps of a block of WARPS warps. `totals` is shared scratch of
+// WARPS entries. Returns this warp's exclusive prefix; *block_total gets the total.
+// Contains one __syncthreads(); callers separate reuse of `totals` by another barrier.
+template <typename Op, int WARPS, typename A>
+__device__ __forceinline__ A block_exclusive_scan_warps(A warp_total, A* totals, A* block_total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) totals[warp] = warp_total;
+  __syncthreads();
+  A t = lane < WARPS ? totals[lane] : Op::template identity<A>();
+  t = warp_inclusive_scan<Op>(t, lane);
+  *block_total = __shfl_sync(kFullMask, t, WARPS - 1);
+  const A before = __shfl_sync(kFullMask, t, (warp + 31) % 32);
+  return warp == 0 ? Op::template identity<A>() : before;
+}
+
+}  // namespace normscan

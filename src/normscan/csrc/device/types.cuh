@@ -1,0 +1,60 @@
+// Element types: the accumulator each element type sums in, conversions to and from it,
+// 16-byte vectors of elements, and 64-bit index helpers. No torch, no fp16 headers (device/half.cuh adds those).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace normscan {
+
+// Accumulate 16- and 32-bit floats in fp32, doubles in fp64.
+template <typename T> struct AccType { using type = float; };
+template <> struct AccType<double> { using type = double; };
+template <typename T> using acc_t = typename AccType<T>::type;
+
+// Element <-> accumulator conversion. 16-bit types specialise this in device/half.cuh.
+template <typename T> struct Convert {
+  static __device__ __forceinline__ acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v); }
+  static __device__ __forceinline__ T from_acc(acc_t<T> v) { return static_cast<T>(v); }
+  // Two values rounded into out[0], out[1] (16-bit types round both in one instruction).
+  static __device__ __forceinline__ void from_acc2(acc_t<T> lo, acc_t<T> hi, T* out) {
+    out[0] = from_acc(lo);
+    out[1] = from_acc(hi);
+  }
+};
+
+// Elements per 16-byte vector.
+template <typename T> __host__ __device__ constexpr int vec16() { return static_cast<int>(16 / sizeof(T)); }
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// N accumulator values rounded to a vector of T, in pairs.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
+  static_assert(N % 2 == 0, "whole pairs: 16-byte vectors hold 2, 4 or 8 elements");
+  Vec<T, N> out;
+#pragma unroll
+  for (int i = 0; i < N; i += 2) Convert<T>::from_acc2(v[i], v[i + 1], &out.v[i]);
+  return out;
+}
+
+// A family's ops are an X-macro list of (id, functor), X(0, SumOp) ...; this defines
+// `bool NAME(int64_t op, F&& f)`, which calls f(Functor{}) for the functor of id `op` and
+// returns false where the list has none.
+#define NORMSCAN_VISIT_CASE(id, Op) \
+  case id:                          \
+    f(Op{});                        \
+    return true;
+#define NORMSCAN_OP_VISITOR(NAME, LIST)                         \
+  template <typename F>                                         \
+  inline bool NAME(int64_t op, F&& f) {                         \
+    switch (op) { LIST(NORMSCAN_VISIT_CASE) }                   \
+    return false;                                               \
+  }
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+}  // namespace normscan

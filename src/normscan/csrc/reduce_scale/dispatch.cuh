@@ -1,0 +1,85 @@
+// Picks the reduce-scale kernel and configuration for a view, and launches it. Host only.
+#pragma once
+
+#include "../device/launch.cuh"
+#include "reread.cuh"
+#include "tuning.cuh"
+
+namespace normscan {
+
+template <typename T, typename Op, typename Cfg>
+inline cudaError_t launch_rows(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
+  const int64_t units = cluster > 1 ? a.view.outer : ceil_div(a.view.outer, Cfg::kBlock / Cfg::kThreadsPerRow);
+  return launch_units<reduce_scale_rows_kernel<T, Op, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, units,
+                                                             Cfg::kSmemBytes, stream, a);
+}
+
+template <typename T, typename Op>
+inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+  constexpr int V = vec16<T>();
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  const int64_t nvec = a.view.length / V;  // whole vectors in the worst-aligned row
+  const bool aligned = a.view.rows_share_alignment(a.x, a.y);
+  if (aligned) {
+    if (nvec <= RowsOneWarp::kVecsPerBlock) return launch_rows<T, Op, RowsOneWarp>(a, 1, stream);
+    if (nvec <= RowsTwoWarps::kVecsPerBlock) return launch_rows<T, Op, RowsTwoWarps>(a, 1, stream);
+    if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, 1, stream);
+    if (nvec <= RowsEightWarps::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarps>(a, 1, stream);
+    if (nvec <= RowsSixteenWarps::kVecsPerBlock) return launch_rows<T, Op, RowsSixteenWarps>(a, 1, stream);
+    if (nvec <= RowsBlock::kVecsPerBlock) return launch_rows<T, Op, RowsBlock>(a, 1, stream);
+    using Cluster = RowsCluster<T>;
+    const int max_cluster = d.major >= 9 ? kRowsMaxCluster : 1;
+    if (nvec <= Cluster::kVecsPerBlock * max_cluster)
+      return launch_rows<T, Op, Cluster>(a, static_cast<int>(ceil_div(nvec, Cluster::kVecsPerBlock)), stream);
+  }
+  if (aligned)
+    return launch_units<reduce_scale_reread_kernel<T, Op, kRereadBlock, V>>(Grid::PerUnit, dim3(kRereadBlock), 1,
+                                                                            a.view.outer, 0, stream, a);
+  return launch_units<reduce_scale_reread_kernel<T, Op, kRereadBlock, 1>>(Grid::PerUnit, dim3(kRereadBlock), 1,
+                                                                          a.view.outer, 0, stream, a);
+}
+
+template <typename T, typename Op, typename Cfg>
+inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream, int cluster = 1) {
+  const int64_t tiles = a.view.outer * ceil_div(a.view.inner, Cfg::kTile);
+  // Clustered tiles hide their cross-block reduction behind the next tile's prefetch: a
+  // grid of one cluster per tile (which prefetches nothing) ran 2-3% slower on
+  // (8, 1024, 64, 64); unclustered, one block per tile ran 2% faster.
+  const Grid grid = cluster > 1 ? Grid::Persistent : Grid::PerUnit;
+  return launch_units<reduce_scale_strided_kernel<T, Op, Cfg>>(grid, dim3(Cfg::kBx, Cfg::kBy), cluster, tiles,
+                                                               Cfg::template smem_bytes<T>(), stream, a);
+}
+
+// The strided config Cfg with as many blocks a cluster as its columns need.
+template <typename T, typename Op, typename Cfg>
+inline cudaError_t launch_strided_cluster(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+  return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
+}
+
+template <typename T, typename Op>
+inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+  if (a.view.empty()) return cudaSuccess;
+  if (a.view.rows()) return launch_reduce_scale_rows<T, Op>(a, stream);
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  const int64_t n = a.view.length;
+  const int64_t max_cluster = d.major >= 9 ? kStridedMaxCluster : 1;
+  const bool vec = a.view.inner_vectorizable(a.x, a.y, vec16<T>());
+  if (vec) {
+    if (n <= StridedVecFew<T>::kHeld) return launch_strided<T, Op, StridedVecFew<T>>(a, stream);
+    if (n <= StridedVecShort<T>::kHeld) return launch_strided<T, Op, StridedVecShort<T>>(a, stream);
+    if (n <= StridedVecMedium<T>::kHeld) return launch_strided<T, Op, StridedVecMedium<T>>(a, stream);
+    if (n <= StridedVecCluster<T>::kHeld * max_cluster)
+      return launch_strided_cluster<T, Op, StridedVecCluster<T>>(a, stream);
+  }
+  if (n <= StridedFew<T>::kHeld) return launch_strided<T, Op, StridedFew<T>>(a, stream);
+  if (n <= StridedShort<T>::kHeld) return launch_strided<T, Op, StridedShort<T>>(a, stream);
+  if (n <= StridedCluster<T>::kHeld * max_cluster) return launch_strided_cluster<T, Op, StridedCluster<T>>(a, stream);
+  if (vec) return launch_strided<T, Op, StridedVecReread<T>>(a, stream);
+  return launch_strided<T, Op, StridedReread>(a, stream);
+}
+
+}  // namespace normscan

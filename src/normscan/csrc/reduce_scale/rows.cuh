@@ -1,0 +1,199 @@
+// Rows held on chip: y = x * scale(sum over the row) [* w], where the reduced dim is
+// contiguous (inner == 1). x is read from DRAM once.
+//
+// TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
+// (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
+// row's aligned body in registers and SNV more in its own slots of shared memory (filled by
+// cp.async, slot k of thread i at held[k * BLOCK + i]); thread 0 of rank 0 also holds the
+// unaligned head, the last thread of the last rank the tail. Capacity: C * TPR * (NV + SNV)
+// whole vectors. CLUSTER: launched in clusters; without it the block's place is known at
+// compile time, and every row is spared the divisions by a run-time cluster size.
+// W_AHEAD: short weighted rows load their weight with x, so the scaling waits on no load.
+// L2_LAST: unclustered kernels load x and store y under an L2 evict_last policy, as
+// torch.compile loads x (measured faster, and the reads after no slower: NOTES.md).
+#pragma once
+
+#include <type_traits>
+
+#include "../device/async.cuh"
+#include "../device/cluster.cuh"
+#include "../device/memory.cuh"
+#include "ops.cuh"
+
+struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
+
+namespace normscan {
+
+// A rows kernel's shape: BLOCK threads, TPR of them a row, each holding NV vectors in
+// registers and SNV in shared memory; MINB resident blocks a SM asked of the compiler;
+// CLUSTER: rows spread over a thread-block cluster (sm_90). tuning.cuh names the ones used.
+template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false> struct RowsConfig {
+  static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kRegVecs = NV, kSmemVecs = SNV, kMinBlocks = MINB;
+  static constexpr bool kCluster = CLUSTER;
+  static constexpr int64_t kVecsPerBlock = int64_t(TPR) * (NV + SNV);  // of one row
+  static constexpr size_t kSmemBytes = size_t(BLOCK) * SNV * 16;
+};
+
+template <typename T, typename Op, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
+  constexpr int BLOCK = Cfg::kBlock, TPR = Cfg::kThreadsPerRow, NV = Cfg::kRegVecs, SNV = Cfg::kSmemVecs;
+  constexpr bool CLUSTER = Cfg::kCluster;
+  using A = acc_t<T>;
+  using VT = Vec<T, vec16<T>()>;
+  constexpr int V = vec16<T>();
+  constexpr int GROUPS = BLOCK / TPR;
+  constexpr int WARPS_PER_ROW = TPR / 32;
+  static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
+  __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
+  __shared__ A cta_part[2];
+  extern __shared__ uint4 held[];
+  const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
+  const WarpPlace me = WarpPlace::of_thread();
+  // Unclustered kernels of ops without a weight carry no weight code, and skip the edge
+  // loops of aligned rows under one branch. The clustered kernel keeps both: its schedule
+  // at 64 registers moves with any change (NOTES.md).
+  const T* const w = (Op::kWeighted || CLUSTER) ? a.w : nullptr;
+#ifdef NORMSCAN_CLUSTERS  // sm_90, where they were measured; on sm_80 one-warp 16-bit rows spill with them
+  constexpr bool W_AHEAD = Op::kWeighted && SNV == 0 && NV <= 4;
+  // Weighted fp16 rows take neither hint, and weighted 16-bit rows on 1024 threads load x
+  // plainly: the hints' registers spill there.
+  constexpr bool L2_LAST = !CLUSTER && !(Op::kWeighted && std::is_same<T, __half>::value);
+  constexpr bool X_L2_LAST = L2_LAST && !(W_AHEAD && sizeof(T) == 2 && BLOCK == 1024);
+#else
+  constexpr bool W_AHEAD = false;
+  constexpr bool L2_LAST = false;
+  constexpr bool X_L2_LAST = false;
+#endif
+  const int2 place = CLUSTER ? cluster_place() : make_int2(1, 0);
+  const int csize = place.x, crank = place.y;
+  const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
+  const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
+
+  // This thread's share of the row group starting at `base`.
+  struct Share {
+    const T* x;    // row start
+    T* y;
+    int body;      // first element of this block's aligned body
+    int mine;      // body vectors of this block (0: inactive)
+    int edge_start, edge_count;  // unaligned head or tail elements this thread holds
+  };
+  auto share_of = [&](int64_t base) {
+    Share p;
+    const int64_t row = base + group;
+    const bool active = row < a.view.outer;
+    p.x = a.x + (active ? row : 0) * a.view.x_so;
+    p.y = a.y + (active ? row : 0) * a.view.y_so;
+    const RowSplit s = split_row<T, V>(p.x, a.view.length);
+    // In-row offsets fit 32 bits: a row held on chip is at most a few MB.
+    const int per_cta = static_cast<int>((s.nvec + csize - 1) / csize);
+    const int v0 = crank * per_cta;
+    p.mine = active ? max(0, min(per_cta, static_cast<int>(s.nvec) - v0)) : 0;
+    p.body = static_cast<int>(s.head) + v0 * V;
+    // The head goes to thread 0 of rank 0, the tail to the last thread of the last rank.
+    const bool holds_head = active && t == 0 && crank == 0;
+    const bool holds_tail = active && t == TPR - 1 && crank == csize - 1;
+    p.edge_start = holds_head ? 0 : static_cast<int>(s.head + s.nvec * V);
+    p.edge_count = holds_head ? static_cast<int>(s.head) : (holds_tail ? static_cast<int>(s.tail) : 0);
+    return p;
+  };
+  // Body vector k of this thread: registers for k < NV, shared-memory slot k - NV after.
+  auto has = [&](const Share& p, int k) { return k * TPR + t < p.mine; };
+  auto at = [&](const Share& p, int k) { return p.body + (k * TPR + t) * V; };
+  auto slot = [&](int k) { return reinterpret_cast<VT*>(&held[(k - NV) * BLOCK + threadIdx.x]); };
+
+  int parity = 0;
+  for (int64_t base = first; base < a.view.outer; base += step, parity ^= 1) {
+    const Share cur = share_of(base);
+    // Each thread holds NV vectors in registers, SNV in its shared-memory slots, and its
+    // edge elements (packed: 16-bit edges as loose registers spill). Edges are loaded with
+    // the body and held: a load after the sum, or again for the store, would put two
+    // dependent round trips on every row's critical path. The slots were last read by this
+    // thread's stores of the previous row, which needed the values: those reads are done
+    // before new copies start. Shared-memory slots go first: their copies land while the
+    // register loads are issued.
+    VT buf[NV];
+    VT edge;
+    VT w_ahead[W_AHEAD ? NV : 1];
+#pragma unroll
+    for (int k = NV; k < NV + SNV; ++k)
+      if (has(cur, k)) cp_async16(slot(k), cur.x + at(cur, k));
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (has(cur, k)) buf[k] = load_vec<T, V, X_L2_LAST>(cur.x + at(cur, k));
+    if constexpr (W_AHEAD) {
+      // w_vec's test below; one test hoisted here for both moved the clustered kernel's code.
+      if (w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0) {
+#pragma unroll
+        for (int k = 0; k < NV; ++k)
+          if (has(cur, k)) w_ahead[k] = load_vec<T, V>(w + at(cur, k));
+      }
+    }
+    if (CLUSTER || cur.edge_count > 0) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < cur.edge_count) edge.v[i] = cur.x[cur.edge_start + i];
+    }
+    A sum = A(0);
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (has(cur, k)) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
+      }
+    if (SNV > 0) {
+      cp_async_wait_all();
+#pragma unroll
+      for (int k = NV; k < NV + SNV; ++k)
+        if (has(cur, k)) {
+          const VT v = *slot(k);
+#pragma unroll
+          for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v.v[i]));
+        }
+    }
+    if (CLUSTER || cur.edge_count > 0) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < cur.edge_count) sum += Op::map(Convert<T>::to_acc(edge.v[i]));
+    }
+
+    sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[parity], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+    if (csize > 1) sum = cluster_sum(sum, &cta_part[parity], csize);
+#endif
+    const A scale = Op::scale(sum, a.view.length, a.eps);
+    const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
+    // The weight is tested once a vector, not once an element, and 16-bit results are
+    // rounded two to an instruction (fewer instructions a row: NOTES.md). W_AHEAD is written
+    // so that kernels without it keep their code.
+    auto scale_store = [&](const VT& x, int l, int k) {
+      A v[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = Convert<T>::to_acc(x.v[i]) * scale;
+      if (w_vec) {
+        VT wv;
+        if constexpr (W_AHEAD) wv = w_ahead[k];
+        else wv = load_vec<T, V>(w + l);
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(wv.v[i]);
+      } else if (w != nullptr) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(w[l + i]);
+      }
+      store_vec<T, V, L2_LAST>(cur.y + l, from_acc_vec<T, V>(v));
+    };
+#pragma unroll
+    for (int k = 0; k < NV + SNV; ++k)
+      if (has(cur, k)) scale_store(k < NV ? buf[k] : *slot(k), at(cur, k), k);
+    if (CLUSTER || cur.edge_count > 0) {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one(edge.v[i], scale, w, cur.edge_start + i);
+    }
+  }
+#ifdef NORMSCAN_CLUSTERS
+  // No block may leave while another can still read its shared memory.
+  if (csize > 1) cg::this_cluster().sync();
+#endif
+}
+
+}  // namespace normscan

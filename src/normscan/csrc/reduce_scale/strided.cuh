@@ -1,0 +1,202 @@
+// Strided reduce-then-scale (inner > 1): y = x * scale(sum over each column) [* w], the
+// reduced dim strided, threads along inner (coalesced).
+//
+// A block is BX threads along inner by BY threads along the reduced dim. Thread tx takes
+// CPT groups of VI adjacent positions along inner, groups BX * VI apart: VI > 1 reads them
+// as one 16-byte vector (inner contiguous and aligned), CPT > 1 gives short columns enough
+// bytes in flight. Thread (tx, ty) takes positions l = ty + k * BY of its columns: with
+// IN_REGS it holds them in registers (k < ITEMS, length <= BY * ITEMS), otherwise it reads
+// them twice. Held 16-byte vectors arrive through shared memory: the thread's vectors of
+// the block's next tile are fetched (cp.async) into its own slots while the current tile
+// is reduced, scaled and stored. Longer columns go to a cluster (sm_90, IN_REGS): block
+// rank r holds positions [r * BY * ITEMS, (r + 1) * BY * ITEMS), and the blocks' column
+// sums cross the cluster through distributed shared memory.
+#pragma once
+
+#include "../device/async.cuh"
+#include "../device/cluster.cuh"
+#include "ops.cuh"
+
+namespace normscan {
+
+// A strided kernel's shape (the letters of the kernel's comment); MINB resident blocks a SM
+// asked of the compiler. tuning.cuh names the ones used.
+template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB> struct StridedConfig {
+  static constexpr int kBx = BX, kBy = BY, kItems = ITEMS, kCpt = CPT, kVi = VI, kMinBlocks = MINB;
+  static constexpr bool kInRegs = IN_REGS;
+  static constexpr int kThreads = BX * BY;
+  static constexpr int kTile = BX * CPT * VI;  // positions along inner per tile
+  static constexpr int64_t kHeld = int64_t(BY) * ITEMS;  // positions of the reduced dim a block holds (IN_REGS)
+  // Held values are fetched ahead through shared memory: only whole 16-byte vectors can go
+  // by cp.async.
+  template <typename T> __host__ __device__ static constexpr bool prefetches() { return IN_REGS && VI * sizeof(T) == 16; }
+  template <typename T> static constexpr size_t smem_bytes() {
+    return prefetches<T>() ? size_t(BX) * BY * CPT * ITEMS * 16 : 0;
+  }
+};
+
+template <typename T, typename Op, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
+  constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems, CPT = Cfg::kCpt, VI = Cfg::kVi;
+  constexpr bool IN_REGS = Cfg::kInRegs;
+  using A = acc_t<T>;
+  using VT = Vec<T, VI>;
+  constexpr int HELD = IN_REGS ? ITEMS : 1;  // vectors a thread holds per group
+  constexpr int TILE = Cfg::kTile;
+  constexpr bool PREFETCH = Cfg::template prefetches<T>();
+  constexpr int NT = Cfg::kThreads;
+  __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
+  extern __shared__ uint4 ahead[];  // PREFETCH: vector (c, k) of thread i at ahead[(c * HELD + k) * NT + i]
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
+  const int2 place = cluster_place();
+  const int csize = place.x, crank = place.y;
+#ifdef NORMSCAN_CLUSTERS
+  constexpr bool CLUSTERED = IN_REGS && BY > 1;  // the launchers cluster only such blocks
+  // Column sums of each block of the cluster, pushed by that block.
+  __shared__ A cta_sum[2][CLUSTERED ? 8 : 1][CLUSTERED ? TILE : 1];
+  // A block may write another's shared memory only once that block has started
+  // (compute-sanitizer's racecheck flagged the first push without this barrier).
+  if (CLUSTERED && csize > 1) cg::this_cluster().sync();
+#endif
+  const int64_t tiles_inner = (a.view.inner + TILE - 1) / TILE;
+  const int64_t ntiles = a.view.outer * tiles_inner;
+  const int64_t l0 = int64_t(crank) * BY * ITEMS;  // this block's first position along the reduced dim
+  const int64_t slice = csize > 1 ? min64(int64_t(BY) * ITEMS, a.view.length - l0) : a.view.length;
+  const int64_t count = slice > ty ? (slice - ty + BY - 1) / BY : 0;  // positions of this thread
+  const int64_t first_tile = blockIdx.x / csize, tile_step = gridDim.x / csize;
+  const int64_t x_step = BY * a.view.x_sl, y_step = BY * a.view.y_sl;
+  // Stepping pointers (not k * step) keeps the compiler from hoisting ITEMS offsets.
+  auto column = [&](int64_t tile, int c) {
+    return a.x + (tile / tiles_inner) * a.view.x_so + ((tile % tiles_inner) * TILE + tx * VI + c * BX * VI) * a.view.x_si +
+           (l0 + ty) * a.view.x_sl;
+  };
+  auto in_inner = [&](int64_t tile, int c) { return (tile % tiles_inner) * TILE + tx * VI + c * BX * VI < a.view.inner; };
+  auto prefetch = [&](int64_t tile) {
+    if (tile < ntiles) {
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        if (!in_inner(tile, c)) continue;
+        const T* p = column(tile, c);
+#pragma unroll
+        for (int k = 0; k < HELD; ++k, p += x_step)
+          if (k < count) cp_async16(&ahead[(c * HELD + k) * NT + tid], p);
+      }
+    }
+  };
+  if (PREFETCH) prefetch(first_tile);
+  int parity = 0;
+  for (int64_t tile = first_tile; tile < ntiles; tile += tile_step, parity ^= 1) {
+    const int64_t o = tile / tiles_inner;
+    const int64_t i0 = (tile % tiles_inner) * TILE + tx * VI;
+    VT vals[CPT][HELD];
+    A sum[CPT][VI];
+    if (PREFETCH) cp_async_wait_all();
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+#pragma unroll
+      for (int v = 0; v < VI; ++v) sum[c][v] = A(0);
+      if (IN_REGS && in_inner(tile, c)) {
+        const T* p = column(tile, c);
+#pragma unroll
+        for (int k = 0; k < HELD; ++k, p += x_step)
+          if (k < count)
+            vals[c][k] = PREFETCH ? *reinterpret_cast<const VT*>(&ahead[(c * HELD + k) * NT + tid])
+                                  : *reinterpret_cast<const VT*>(p);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+      const int64_t i = i0 + c * BX * VI;
+      if (i >= a.view.inner) continue;
+      if (IN_REGS) {
+#pragma unroll
+        for (int k = 0; k < HELD; ++k)
+          if (k < count) {
+#pragma unroll
+            for (int v = 0; v < VI; ++v) sum[c][v] += Op::map(Convert<T>::to_acc(vals[c][k].v[v]));
+          }
+      } else {
+        const T* p = a.x + o * a.view.x_so + i * a.view.x_si + ty * a.view.x_sl;
+#pragma unroll 8
+        for (int64_t k = 0; k < count; ++k, p += x_step) {
+          const VT x = *reinterpret_cast<const VT*>(p);
+#pragma unroll
+          for (int v = 0; v < VI; ++v) sum[c][v] += Op::map(Convert<T>::to_acc(x.v[v]));
+        }
+      }
+    }
+    if (PREFETCH) prefetch(tile + tile_step);  // the sums have consumed every value read from the slots
+    if (BY > 1) {
+#pragma unroll
+      for (int c = 0; c < CPT; ++c)
+#pragma unroll
+        for (int v = 0; v < VI; ++v) part[parity][ty][(tx + c * BX) * VI + v] = sum[c][v];
+    }
+    if (BY > 1 && csize == 1) {
+      __syncthreads();
+#pragma unroll
+      for (int c = 0; c < CPT; ++c)
+#pragma unroll
+        for (int v = 0; v < VI; ++v) {
+          sum[c][v] = A(0);
+#pragma unroll
+          for (int j = 0; j < BY; ++j) sum[c][v] += part[parity][j][(tx + c * BX) * VI + v];
+        }
+    }
+#ifdef NORMSCAN_CLUSTERS
+    if constexpr (CLUSTERED) {
+      if (csize > 1) {
+        // Each block pushes its column sums into every block of the cluster: remote stores
+        // do not wait, and after the barrier every read is local. Double-buffered: a block
+        // can be at most one tile ahead of the cluster's readers.
+        __syncthreads();  // part[parity] is complete
+        for (int j = tid; j < TILE; j += NT) {
+          A col = A(0);
+#pragma unroll
+          for (int k = 0; k < BY; ++k) col += part[parity][k][j];
+          for (int r = 0; r < csize; ++r) *cg::this_cluster().map_shared_rank(&cta_sum[parity][crank][j], r) = col;
+        }
+        cg::this_cluster().sync();
+#pragma unroll
+        for (int c = 0; c < CPT; ++c)
+#pragma unroll
+          for (int v = 0; v < VI; ++v) {
+            sum[c][v] = A(0);
+            for (int r = 0; r < csize; ++r) sum[c][v] += cta_sum[parity][r][(tx + c * BX) * VI + v];
+          }
+      }
+    }
+#endif
+#pragma unroll
+    for (int c = 0; c < CPT; ++c) {
+      const int64_t i = i0 + c * BX * VI;
+      if (i >= a.view.inner) continue;
+      A scale[VI];
+#pragma unroll
+      for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum[c][v], a.view.length, a.eps);
+      auto scale_vec = [&](const VT& x, int64_t l) {
+        VT out;
+#pragma unroll
+        for (int v = 0; v < VI; ++v) out.v[v] = scale_one(x.v[v], scale[v], a.w, l);
+        return out;
+      };
+      T* q = a.y + o * a.view.y_so + i * a.view.y_si + (l0 + ty) * a.view.y_sl;
+      if (IN_REGS) {
+#pragma unroll
+        for (int k = 0; k < HELD; ++k, q += y_step)
+          if (k < count) *reinterpret_cast<VT*>(q) = scale_vec(vals[c][k], l0 + ty + int64_t(k) * BY);
+      } else {
+        const T* p = a.x + o * a.view.x_so + i * a.view.x_si + ty * a.view.x_sl;
+#pragma unroll 8
+        for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step)
+          *reinterpret_cast<VT*>(q) = scale_vec(*reinterpret_cast<const VT*>(p), ty + k * BY);
+      }
+    }
+  }
+#ifdef NORMSCAN_CLUSTERS
+  // No block may leave while another can still read its shared memory.
+  if (csize > 1) cg::this_cluster().sync();
+#endif
+}
+
+}  // namespace normscan

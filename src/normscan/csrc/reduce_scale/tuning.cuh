@@ -1,0 +1,82 @@
+// The reduce-scale configurations the dispatcher picks, each with the measurement that
+// chose it (H100, fp32 unless said; NOTES.md has the history). The -D hooks are for
+// tools/tune.py, which builds variants side by side; the defaults are the measured best.
+#pragma once
+
+#include "rows.cuh"
+#include "strided.cuh"
+
+#ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
+#define NORMSCAN_ROWS_CLUSTER_BLOCK 512
+#endif
+#ifndef NORMSCAN_ROWS_HELD  // vectors per thread, registers and shared memory, for long rows
+#define NORMSCAN_ROWS_HELD 16
+#endif
+#ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
+#define NORMSCAN_STRIDED_BX 256
+#endif
+#ifndef NORMSCAN_STRIDED_VEC_BX  // threads along inner per block in the short-length vector kernels
+#define NORMSCAN_STRIDED_VEC_BX 64
+#endif
+#ifndef NORMSCAN_STRIDED_CLUSTERS  // 0: no clusters for long columns (they are read twice)
+#define NORMSCAN_STRIDED_CLUSTERS 1
+#endif
+#ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
+#define NORMSCAN_STRIDED_MINB 2
+#endif
+
+namespace normscan {
+
+// ---------------------------------------------------------------- rows (inner == 1)
+// Rows up to 4096 vectors: the fewest threads per row that hold it in 4 vectors each. A
+// thread whose vector slots sit half empty keeps half the bytes in flight: 65536x1024 ran
+// at 0.95x of torch.compile on 128 threads per row, 4096-float rows on 512 threads at 89%
+// of copy against 95% on 256. Rows of 16384 floats: 1024 threads of 4 vectors ran 0.5%
+// faster than 512 of 8 (two blocks a SM).
+using RowsOneWarp = RowsConfig<256, 32, 4, 0, 4>;
+using RowsTwoWarps = RowsConfig<256, 64, 4, 0, 4>;
+using RowsFourWarps = RowsConfig<256, 128, 4, 0, 4>;
+using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
+using RowsSixteenWarps = RowsConfig<512, 512, 4, 0, 2>;
+using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
+// Longer rows: a cluster of up to 8 blocks (sm_90) of 512 threads holding 16 vectors each,
+// those beyond the registers in shared memory (fp32 keeps 5 in registers: 8 and 8, or 6
+// and 10, spill; other types 4). Shared memory halves the cluster a long row needs, and
+// clusters of 2 fill every block slot of an H100, where clusters of 4 left 16 of 264 empty.
+// 32768x65535 (KernelBench 38, 39): 97.9% of copy.
+template <typename T>
+using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
+                               NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true>;
+constexpr int kRowsMaxCluster = 8;
+// Rows longer still, or whose x and y are aligned differently: read twice, one block of
+// this many threads a row.
+constexpr int kRereadBlock = 512;
+
+// ---------------------------------------------------------------- strided (inner > 1)
+// Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
+// 16-byte vectors along inner (inner contiguous and aligned), up to 16 a thread (256
+// bytes): 16-byte vectors took KernelBench 36 (112, 64, 512, 512) from 5.7 to 5.3 ms,
+// prefetching the next tile into shared memory to 5.25, one block a tile to 5.16.
+template <typename T> using StridedVecFew = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 1, 4, true, 4, vec16<T>(), NORMSCAN_STRIDED_MINB>;
+template <typename T> using StridedVecShort = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 1, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
+template <typename T> using StridedVecMedium = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 4, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
+// Longer columns over a cluster of up to 8 blocks, pushing column sums to each other
+// (pulling them cost (8, 1024, 64, 64) 10%). 16-bit types spill at 8 x 16 (their fp32
+// conversions need the registers): 4 x 16.
+template <typename T> constexpr int kStridedVecClusterBy = sizeof(T) >= 4 ? 8 : 4;
+template <typename T>
+using StridedVecCluster = StridedConfig<256 / kStridedVecClusterBy<T>, kStridedVecClusterBy<T>, 16, true, 1, vec16<T>(),
+                                        NORMSCAN_STRIDED_MINB>;
+// Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
+// (doubles take two). Short columns take several per thread, so that a thread keeps up to
+// 64 values in flight.
+template <typename T> constexpr int kStridedRegs = sizeof(T) > 4 ? 2 : 1;
+template <typename T> using StridedFew = StridedConfig<NORMSCAN_STRIDED_BX, 1, 4 / kStridedRegs<T>, true, 16 / kStridedRegs<T>, 1, NORMSCAN_STRIDED_MINB>;
+template <typename T> using StridedShort = StridedConfig<NORMSCAN_STRIDED_BX, 1, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
+template <typename T> using StridedCluster = StridedConfig<32, 8, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
+// Longer columns are read twice (the second time partly from L2).
+template <typename T> using StridedVecReread = StridedConfig<32, 8, 1, false, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
+using StridedReread = StridedConfig<32, 32, 1, false, 1, 1, 1>;
+constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
+
+}  // namespace normscan

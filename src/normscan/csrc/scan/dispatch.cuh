@@ -1,0 +1,79 @@
+// Picks the scan kernel and configuration for a view, sizes its workspace, and launches it.
+// Host only.
+#pragma once
+
+#include "../device/launch.cuh"
+#include "tuning.cuh"
+
+namespace normscan {
+
+template <typename T, typename Op, int V, typename Cfg>
+inline cudaError_t launch_scan_rows(const ScanArgs<T>& a, cudaStream_t stream) {
+  return launch_units<scan_rows_kernel<T, Op, V, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), 1, a.view.outer, 0, stream, a);
+}
+
+template <typename T, typename Op, typename Cfg, int VI>
+inline cudaError_t launch_scan_strided(const ScanArgs<T>& a, cudaStream_t stream) {
+  const int64_t cols = a.view.outer * ceil_div(a.view.inner, Cfg::kBx * VI);
+  return launch_units<scan_strided_kernel<T, Op, Cfg, VI>>(Grid::PerUnit, dim3(Cfg::kBx, Cfg::kBy), 1, cols, 0,
+                                                           stream, a);
+}
+
+// Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
+// plan: enough rows to fill the device, rows of one chunk, or too few elements.
+template <typename T>
+inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
+  constexpr int64_t chunk = ScanRowsLarge::kChunkVecs * vec16<T>();
+  const View& v = a.view;
+  if (!v.rows() || !v.rows_share_alignment(a.x, a.y)) return 0;
+  if (v.outer >= int64_t(kLookbackMaxRowsPerSm) * sms || v.length <= chunk || v.outer * v.length < kLookbackMinElements)
+    return 0;
+  const int64_t nvec = v.length / vec16<T>();  // whole vectors in the best-aligned row
+  return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
+}
+
+// Bytes of look-back workspace for these arguments (0: none needed).
+template <typename T>
+inline cudaError_t scan_workspace_bytes(const ScanArgs<T>& a, int64_t* bytes) {
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = a.view.outer * scan_lookback_tiles_per_row(a, d.sms);
+  *bytes = tiles == 0 ? 0 : ScanLookback::State<scan_acc_t<T>>::bytes(tiles);
+  return cudaSuccess;
+}
+
+// `workspace` holds scan_workspace_bytes(a) bytes of device memory (may be null if 0).
+template <typename T, typename Op>
+inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream_t stream) {
+  using State = ScanLookback::State<scan_acc_t<T>>;
+  constexpr int V = vec16<T>();
+  if (a.view.empty()) return cudaSuccess;
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  if (a.view.rows()) {
+    const int64_t tiles_per_row = scan_lookback_tiles_per_row(a, d.sms);
+    if (tiles_per_row > 0) {
+      const int64_t tiles = a.view.outer * tiles_per_row;
+      if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+      const State st = State::in(workspace, tiles);
+      err = cudaMemsetAsync(workspace, 0xff, State::bytes(tiles), stream);
+      if (err != cudaSuccess) return err;
+      return launch_units<scan_lookback_kernel<T, Op, V, ScanLookback>>(
+          Grid::Persistent, dim3(ScanLookback::kBlock), 1, tiles, ScanLookback::kSmemBytes, stream, a, st,
+          tiles_per_row);
+    }
+    if (a.view.rows_share_alignment(a.x, a.y)) {
+      const int64_t nvec = a.view.length / V;
+      if (nvec <= ScanRowsSmall::kChunkVecs) return launch_scan_rows<T, Op, V, ScanRowsSmall>(a, stream);
+      if (nvec <= ScanRowsMedium::kChunkVecs) return launch_scan_rows<T, Op, V, ScanRowsMedium>(a, stream);
+      return launch_scan_rows<T, Op, V, ScanRowsLarge>(a, stream);
+    }
+    return launch_scan_rows<T, Op, 1, ScanRowsLarge>(a, stream);
+  }
+  if (a.view.inner_vectorizable(a.x, a.y, V)) return launch_scan_strided<T, Op, ScanStridedVec, V>(a, stream);
+  return launch_scan_strided<T, Op, ScanStrided, 1>(a, stream);
+}
+
+}  // namespace normscan

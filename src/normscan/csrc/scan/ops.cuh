@@ -1,0 +1,68 @@
+// Scan family: inclusive or exclusive, forward or reverse scans with an associative op
+// over one dim of a tensor seen as (outer, length, inner).
+//
+// The running value is kept in scan_acc_t<T>: fp32 for 16-bit types, as PyTorch does; fp64
+// for fp32 and fp64. A product's rounding error grows with the number of multiplications
+// on its path, and a parallel scan has more of them than PyTorch's mostly-sequential one:
+// with an fp32 running value fp32 cumprod measured 2.7x PyTorch's error (NOTES.md); in
+// fp64 it is one final rounding.
+#pragma once
+
+#include "../device/reduce.cuh"
+#include "../device/view.cuh"
+
+namespace normscan {
+
+template <typename T> struct ScanArgs {
+  const T* x;
+  T* y;
+  View view;
+  bool reverse;    // scan from the last element to the first
+  bool exclusive;  // y[i] combines x[0..i) instead of x[0..i]
+};
+
+// The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
+// against this list by tests/test_registry.py.
+#define NORMSCAN_SCAN_OPS(X) X(0, ProdOp) X(1, SumOp)
+
+NORMSCAN_OP_VISITOR(with_scan_op, NORMSCAN_SCAN_OPS)
+
+template <typename T> struct ScanAccType { using type = acc_t<T>; };
+template <> struct ScanAccType<float> { using type = double; };
+template <typename T> using scan_acc_t = typename ScanAccType<T>::type;
+
+template <typename T>
+__device__ __forceinline__ scan_acc_t<T> to_scan(T v) { return static_cast<scan_acc_t<T>>(Convert<T>::to_acc(v)); }
+template <typename T>
+__device__ __forceinline__ T from_scan(scan_acc_t<T> v) { return Convert<T>::from_acc(static_cast<acc_t<T>>(v)); }
+
+// All N values of a vector combined, in the running value's type.
+template <typename Op, typename T, int N>
+__device__ __forceinline__ scan_acc_t<T> combine(const Vec<T, N>& in) {
+  scan_acc_t<T> t = Op::template identity<scan_acc_t<T>>();
+#pragma unroll
+  for (int i = 0; i < N; ++i) t = Op::apply(t, to_scan<T>(in.v[i]));
+  return t;
+}
+
+// One element of a scan: `out` (when `write`) gets the running value after v (inclusive)
+// or before it (exclusive); returns the running value after v.
+template <typename Op, typename T>
+__device__ __forceinline__ scan_acc_t<T> scan_step(scan_acc_t<T> v, scan_acc_t<T> run, bool exclusive, bool write,
+                                                   T& out) {
+  if (exclusive && write) out = from_scan<T>(run);
+  run = Op::apply(run, v);
+  if (!exclusive && write) out = from_scan<T>(run);
+  return run;
+}
+
+// Writes the scan of a vector's values starting from `run`; returns the running value
+// after them. Inclusive: out[i] = run . v[0..i]; exclusive: out[i] = run . v[0..i).
+template <typename Op, typename T, int N>
+__device__ __forceinline__ scan_acc_t<T> scan_items(const Vec<T, N>& in, Vec<T, N>* out, scan_acc_t<T> run, bool exclusive) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) run = scan_step<Op, T>(to_scan<T>(in.v[i]), run, exclusive, true, out->v[i]);
+  return run;
+}
+
+}  // namespace normscan

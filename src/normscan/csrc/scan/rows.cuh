@@ -1,0 +1,153 @@
+// Row scans (inner == 1, many rows): one block per row walks it in register-held chunks:
+// a serial scan per thread, a warp-shuffle scan, a block scan, a carry. ScanRow and
+// ScanChunk are also the look-back kernel's view of a row.
+#pragma once
+
+#include "../device/memory.cuh"
+#include "../device/scan.cuh"
+#include "ops.cuh"
+
+namespace normscan {
+
+// A contiguous row in scan order. Physically the row is [head | nvec vectors | tail]; in
+// scan order it is [front | body vectors 0..nvec-1 | back], with front/back swapped and
+// every vector read backwards when the scan runs in reverse.
+template <typename T, int V> struct ScanRow {
+  const T* x;
+  T* y;
+  int64_t n;
+  RowSplit s;
+  bool reverse;
+
+  __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_)
+      : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_) {}
+  __device__ __forceinline__ int64_t front() const { return reverse ? s.tail : s.head; }
+  __device__ __forceinline__ int64_t back() const { return reverse ? s.head : s.tail; }
+  // Physical index of the e-th element in scan order.
+  __device__ __forceinline__ int64_t at(int64_t e) const { return reverse ? n - 1 - e : e; }
+  __device__ __forceinline__ int64_t vec_start(int64_t j) const {
+    return s.head + (reverse ? s.nvec - 1 - j : j) * V;
+  }
+  __device__ __forceinline__ const T* vec_ptr(int64_t j) const { return x + vec_start(j); }
+  __device__ __forceinline__ Vec<T, V> load(int64_t j) const {
+    Vec<T, V> v = load_vec<T, V>(vec_ptr(j));
+    if (reverse) flip(&v);
+    return v;
+  }
+  __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
+    if (reverse) flip(&v);
+    store_vec<T, V>(y + vec_start(j), v);
+  }
+  static __device__ __forceinline__ void flip(Vec<T, V>* v) {
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      const T t = v->v[i];
+      v->v[i] = v->v[V - 1 - i];
+      v->v[V - 1 - i] = t;
+    }
+  }
+  // Running value over the front elements, computed by every caller; `writer` writes them.
+  template <typename Op>
+  __device__ __forceinline__ scan_acc_t<T> scan_front(scan_acc_t<T> run, bool exclusive, bool writer) const {
+    for (int64_t e = 0; e < front(); ++e) run = scan_one<Op>(at(e), run, exclusive, writer);
+    return run;
+  }
+  // The back elements, after everything else, written by `writer`.
+  template <typename Op>
+  __device__ __forceinline__ void scan_back(scan_acc_t<T> run, bool exclusive, bool writer) const {
+    for (int64_t e = n - back(); e < n; ++e) run = scan_one<Op>(at(e), run, exclusive, writer);
+  }
+  // scan_step written out: through the call, the fp64 row and look-back kernels compiled
+  // to other machine code (the rest did not), and this form is the one measured.
+  template <typename Op>
+  __device__ __forceinline__ scan_acc_t<T> scan_one(int64_t p, scan_acc_t<T> run, bool exclusive, bool writer) const {
+    const scan_acc_t<T> v = to_scan<T>(x[p]);
+    if (exclusive && writer) y[p] = from_scan<T>(run);
+    run = Op::apply(run, v);
+    if (!exclusive && writer) y[p] = from_scan<T>(run);
+    return run;
+  }
+};
+
+// One chunk of BLOCK * NV body vectors held in registers, warp-striped so that loads are
+// coalesced: warp w holds vectors first + w*32*NV + k*32 + lane, k < NV.
+template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
+  using A = scan_acc_t<T>;
+  static constexpr int WARPS = BLOCK / 32;
+  static constexpr int64_t VECS = int64_t(BLOCK) * NV;
+  Vec<T, V> buf[NV];
+  A pre[NV];      // exclusive prefix of each held vector within the warp's share
+  A warp_total;   // the warp's share combined
+  A warp_prefix;  // shares of earlier warps combined
+  A total;        // the whole chunk combined
+
+  __device__ __forceinline__ static int64_t index(int64_t first, int k) {
+    return first + (threadIdx.x / 32) * 32 * NV + k * 32 + threadIdx.x % 32;
+  }
+  __device__ __forceinline__ void load(const ScanRow<T, V>& r, int64_t first, int64_t end) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (index(first, k) < end) buf[k] = r.load(index(first, k));
+  }
+  // Warp-level scans of the held vectors (invalid ones count as the identity).
+  __device__ __forceinline__ void scan_warp(int64_t first, int64_t end) {
+    const int lane = threadIdx.x % 32;
+    A run = Op::template identity<A>();
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const A t = index(first, k) < end ? combine<Op>(buf[k]) : Op::template identity<A>();
+      const A inc = warp_inclusive_scan<Op>(t, lane);
+      const A up = __shfl_up_sync(kFullMask, inc, 1);
+      pre[k] = Op::apply(run, lane == 0 ? Op::template identity<A>() : up);
+      run = Op::apply(run, __shfl_sync(kFullMask, inc, 31));
+    }
+    warp_total = run;
+  }
+  // Block-level: each warp's prefix and the chunk total. One barrier; `totals` has WARPS
+  // entries and must not be rewritten before the next barrier.
+  __device__ __forceinline__ void scan_block(A* totals) {
+    warp_prefix = block_exclusive_scan_warps<Op, WARPS>(warp_total, totals, &total);
+  }
+  __device__ __forceinline__ void store(const ScanRow<T, V>& r, int64_t first, int64_t end, A carry,
+                                        bool exclusive) {
+    const A base = Op::apply(carry, warp_prefix);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (index(first, k) < end) {
+        Vec<T, V> out;
+        scan_items<Op>(buf[k], &out, Op::apply(base, pre[k]), exclusive);
+        r.store(index(first, k), out);
+      }
+    }
+  }
+};
+
+// A row scan's shape: BLOCK threads holding NV vectors each a chunk; MINB resident blocks a
+// SM asked of the compiler. tuning.cuh names the ones used.
+template <int BLOCK, int NV, int MINB> struct ScanRowsConfig {
+  static constexpr int kBlock = BLOCK, kVecs = NV, kMinBlocks = MINB;
+  static constexpr int64_t kChunkVecs = int64_t(BLOCK) * NV;
+};
+
+template <typename T, typename Op, int V, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) scan_rows_kernel(ScanArgs<T> a) {
+  using A = scan_acc_t<T>;
+  using Chunk = ScanChunk<T, Op, V, Cfg::kBlock, Cfg::kVecs>;
+  __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x) {
+    const ScanRow<T, V> r(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse);
+    A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, threadIdx.x == 0);
+    for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
+      Chunk c;
+      c.load(r, first, r.s.nvec);
+      c.scan_warp(first, r.s.nvec);
+      c.scan_block(totals[parity]);
+      c.store(r, first, r.s.nvec, carry, a.exclusive);
+      carry = Op::apply(carry, c.total);
+    }
+    r.template scan_back<Op>(carry, a.exclusive, threadIdx.x == 0);
+  }
+}
+
+}  // namespace normscan

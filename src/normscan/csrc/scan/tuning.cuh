@@ -1,0 +1,66 @@
+// The scan configurations the dispatcher picks, each with the measurement that chose it
+// (H100, fp32; NOTES.md has the history). The -D hooks are for tools/tune.py, which builds
+// variants side by side; the defaults are the measured best.
+#pragma once
+
+#include "lookback.cuh"
+#include "rows.cuh"
+#include "strided.cuh"
+
+#ifndef NORMSCAN_SCAN_BLOCK
+#define NORMSCAN_SCAN_BLOCK 512
+#endif
+#ifndef NORMSCAN_SCAN_VECS  // vectors per thread per chunk
+#define NORMSCAN_SCAN_VECS 4
+#endif
+#ifndef NORMSCAN_SCAN_THREADS  // resident threads per SM asked of the row scan
+#define NORMSCAN_SCAN_THREADS 1024
+#endif
+#ifndef NORMSCAN_LOOKBACK_BLOCK  // threads per look-back block (warp 0 looks back, the rest hold tiles)
+#define NORMSCAN_LOOKBACK_BLOCK 256
+#endif
+#ifndef NORMSCAN_LOOKBACK_VECS  // vectors per data thread in a look-back tile (two tiles a block)
+#define NORMSCAN_LOOKBACK_VECS 7
+#endif
+#ifndef NORMSCAN_LOOKBACK_MINB  // resident look-back blocks per SM asked of the compiler
+#define NORMSCAN_LOOKBACK_MINB 4
+#endif
+#ifndef NORMSCAN_LOOKBACK_ENTRY  // bytes from one tile's look-back entry to the next
+#define NORMSCAN_LOOKBACK_ENTRY 64
+#endif
+#ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
+#define NORMSCAN_SCAN_STRIDED_ITEMS 16
+#endif
+#ifndef NORMSCAN_SCAN_STRIDED_VEC_ITEMS  // the same, when each position is a 16-byte vector
+#define NORMSCAN_SCAN_STRIDED_VEC_ITEMS 8
+#endif
+
+namespace normscan {
+
+// ---------------------------------------------------------------- rows
+// The smallest block whose chunk holds the row: a chunk half empty halves the bytes in
+// flight (4096x4096: 0.060 ms on 512 threads, 0.044 on 256, 101% of copy). 4 vectors a
+// thread beat 2 (KernelBench 90: 2.98 against 3.09 ms).
+using ScanRowsSmall = ScanRowsConfig<128, NORMSCAN_SCAN_VECS, NORMSCAN_SCAN_THREADS / 128>;
+using ScanRowsMedium = ScanRowsConfig<256, NORMSCAN_SCAN_VECS, NORMSCAN_SCAN_THREADS / 256>;
+using ScanRowsLarge = ScanRowsConfig<NORMSCAN_SCAN_BLOCK, NORMSCAN_SCAN_VECS, NORMSCAN_SCAN_THREADS / NORMSCAN_SCAN_BLOCK>;
+
+// ---------------------------------------------------------------- look-back (few long rows)
+// One row of 2**28 fp32, kernel only: 256-thread blocks holding two tiles of 7 vectors a
+// data thread, 4 blocks a SM, 0.82 ms (512 x 2: 0.83; 128 x 8: 0.91; 1024 x 1: 0.90; one
+// tile a block: 0.92). Look-back entries every 16 bytes 0.786 ms, 32 0.770, 64 0.764, 128
+// 0.765, 256 0.775.
+using ScanLookback = ScanLookbackConfig<NORMSCAN_LOOKBACK_BLOCK, NORMSCAN_LOOKBACK_VECS, NORMSCAN_LOOKBACK_MINB,
+                                        NORMSCAN_LOOKBACK_ENTRY>;
+// Rows of fewer elements in all, or enough rows to fill the device, go to the row kernel:
+// a workspace and its memset are not worth it below this many elements.
+constexpr int64_t kLookbackMinElements = int64_t(1) << 22;
+constexpr int kLookbackMaxRowsPerSm = 4;
+
+// ---------------------------------------------------------------- strided (inner > 1)
+// 16-byte vectors of adjacent columns took cumprod dim 0 of 32768x32768 from 3.95 ms (72%
+// of copy) to 3.04 ms (93%).
+using ScanStrided = ScanStridedConfig<32, 8, NORMSCAN_SCAN_STRIDED_ITEMS, 2>;
+using ScanStridedVec = ScanStridedConfig<32, 8, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, 2>;
+
+}  // namespace normscan

@@ -1,0 +1,259 @@
+"""Every op declared once, and what is derived from its declaration.
+
+An op is declared in ops.py by its public function's signature and docstring, under
+``@declare(...)`` with what a signature cannot say: its kernel family, its functor in that
+family's list (``csrc/<family>/ops.cuh``), its reference, the values its checks draw, and
+the KernelBench problems it solves. From the declaration come the public function
+(validation, then the reference on the CPU, the custom op while compiling, or the kernel),
+the ``torch.library`` custom op with its CUDA, CPU and fake implementations, and every
+catalogue: verify's cases, bench's entries, the exported KernelBench files, the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import numbers
+import operator
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import _build, reference, view
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+DTYPE_NAMES = "float32, float16, bfloat16, float64"
+
+
+# ---------------------------------------------------------------- arguments
+def type_name(value: object) -> str:
+    """A value's type as an error names it: builtins bare, others with their module."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def check_input(op: str, x: object) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"normscan.{op}: expected a torch.Tensor, got {type_name(x)}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"normscan.{op}: dtype {x.dtype} is not supported; supported dtypes are "
+                        f"{DTYPE_NAMES}. Convert first, e.g. x.float().")
+    if x.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"normscan.{op}: device {x.device} is not supported; use a CUDA tensor "
+                         "(CPU tensors are computed by the PyTorch reference expression)")
+    refuse_grad(op, "x", x)
+    return x
+
+
+def refuse_grad(op: str, name: str, t: torch.Tensor) -> None:
+    """Forward only: a tensor that requires grad would silently lose its gradient."""
+    if t.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"normscan.{op}: {name} requires grad, and normscan has no backward yet; call it "
+                           "under torch.no_grad() or on a tensor that does not require grad (normscan.reference "
+                           "has the differentiable PyTorch expression)")
+
+
+def wrap_dim(op: str, dim: object, ndim: int) -> int:
+    """dim in [-ndim, ndim), as PyTorch takes it: an int or anything with __index__ (a numpy
+    integer), not a bool; a 0-d tensor takes -1 and 0."""
+    if isinstance(dim, bool):
+        raise TypeError(f"normscan.{op}: dim must be an int, got bool ({dim})")
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"normscan.{op}: dim must be an int, got {type_name(dim)} ({dim!r})") from None
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
+def _check_eps(op: str, name: str, eps: object, x: torch.Tensor, dim: int) -> float:
+    """A real number, or None for torch.finfo(x.dtype).eps (as F.rms_norm takes it)."""
+    if eps is None:
+        return torch.finfo(x.dtype).eps
+    if isinstance(eps, torch.Tensor) and eps.numel() == 1 and not eps.is_complex():
+        return float(eps)
+    if not isinstance(eps, numbers.Real):
+        raise TypeError(f"normscan.{op}: {name} must be a real number or None, got {type_name(eps)} ({eps!r})")
+    return float(eps)
+
+
+def _check_flag(op: str, name: str, flag: object, x: torch.Tensor, dim: int) -> bool:
+    if not isinstance(flag, bool):
+        raise TypeError(f"normscan.{op}: {name} must be a bool (True or False), got {type_name(flag)} ({flag!r})")
+    return flag
+
+
+def _check_weight(op: str, name: str, weight: object, x: torch.Tensor, dim: int) -> torch.Tensor | None:
+    if weight is None:
+        return None
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"normscan.{op}: {name} must be a torch.Tensor or None, got {type_name(weight)}")
+    n = x.shape[dim] if x.dim() else 1
+    if tuple(weight.shape) != (n,):
+        raise ValueError(f"normscan.{op}: {name} must have shape ({n},) (x.shape[{dim}]), got {tuple(weight.shape)}")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"normscan.{op}: {name} dtype {weight.dtype} differs from x's {x.dtype}; "
+                        f"pass {name}.to({x.dtype})")
+    if weight.device != x.device:
+        raise ValueError(f"normscan.{op}: {name} is on {weight.device} but x is on {x.device}; "
+                         f"move it with {name}.to('{x.device}')")
+    refuse_grad(op, name, weight)
+    # One row: making a strided one contiguous costs length elements, not a pass.
+    return weight.contiguous()
+
+
+@dataclass(frozen=True)
+class Param:
+    """An argument after (x, dim) that an op may take, by name."""
+    schema: str  # its type in the custom op's schema
+    check: Callable[[str, str, object, torch.Tensor, int], object]  # (op, name, value, x, dim) -> kernel's value
+
+
+PARAMS = {
+    "eps": Param("float", _check_eps),
+    "weight": Param("Tensor?", _check_weight),
+    "reverse": Param("bool", _check_flag),
+    "exclusive": Param("bool", _check_flag),
+}
+
+
+# ---------------------------------------------------------------- families
+def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None) -> None:
+    ext.reduce_scale(x, y, weight, op, fields, eps)
+
+
+def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, exclusive: bool = False) -> None:
+    ext.scan(x, y, op, fields, reverse, exclusive)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kernel family: csrc/<name>/, built into its own extension; `launch` calls its entry
+    (csrc/entries.h) with the op's arguments by name."""
+    name: str
+    launch: Callable[..., None]
+    ops_macro: str  # the X-macro listing its functors by id in csrc/<name>/ops.cuh
+
+    def functor_ids(self) -> dict[str, int]:
+        """Functor -> op id, as csrc/<name>/ops.cuh lists them."""
+        text = (_build.CSRC / self.name / "ops.cuh").read_text()
+        line = re.search(rf"#define {self.ops_macro}\(X\)(.*)", text).group(1)
+        return {functor: int(i) for i, functor in re.findall(r"X\((\d+),\s*(\w+)\)", line)}
+
+
+FAMILIES = {f.name: f for f in [Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS"),
+                                Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS")]}
+
+
+# ---------------------------------------------------------------- ops
+@dataclass(frozen=True)
+class OpSpec:
+    """One op, as declared (see the module's docstring)."""
+    name: str
+    family: Family
+    functor: str
+    op_id: int
+    reference: Callable[..., torch.Tensor]
+    params: tuple[str, ...]        # the arguments after (x, dim), in the public signature's order
+    defaults: dict[str, object]    # every argument's default, where it has one (dim too)
+    values: str                    # the distribution testing.py draws its inputs from
+    problems: tuple                # problems.Problem, the KernelBench problems it solves
+    doc: str
+
+    def call(self, x, dim, *args) -> torch.Tensor:
+        """The public function's body: validate, then compute where x lives."""
+        check_input(self.name, x)
+        dim = wrap_dim(self.name, dim, x.dim())
+        args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
+        if x.device.type == "cpu":
+            return reference.in_float32(self.reference)(x, dim, *args)
+        if torch.compiler.is_compiling():
+            return self.custom_op(x, dim, *args)
+        return self.launch(x, dim, *args)
+
+    def launch(self, x: torch.Tensor, dim: int, *args, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The kernel on validated arguments (dim wrapped); into ``out`` when given."""
+        x, y, v = view.prepare(x, dim, out)
+        if y.numel():
+            self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **dict(zip(self.params, args)))
+        return y
+
+    @property
+    def custom_op(self):
+        return getattr(torch.ops.normscan, self.name).default
+
+    @property
+    def schema(self) -> str:
+        return "(" + ", ".join(["Tensor x", "int dim"] + [f"{PARAMS[n].schema} {n}" for n in self.params]) + ") -> Tensor"
+
+    def takes(self, param: str) -> bool:
+        return param in self.params
+
+    def args(self, given: dict) -> list:
+        """The arguments after dim, in the signature's order: `given`'s, else the defaults."""
+        return [given.get(n, self.defaults.get(n)) for n in self.params]
+
+
+REGISTRY: dict[str, OpSpec] = {}
+
+
+def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor], values: str = "normal",
+            problems: tuple = ()) -> Callable[[Callable], Callable]:
+    """Declares the op whose public function is the decorated stub (signature and docstring
+    only), and returns that function."""
+    def wrap(stub: Callable) -> Callable:
+        signature = inspect.signature(stub)
+        names = list(signature.parameters)
+        if names[:2] != ["x", "dim"] or any(n not in PARAMS for n in names[2:]):
+            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim, then any of {', '.join(PARAMS)}); "
+                            f"got {names}")
+        if list(inspect.signature(reference).parameters) != names:
+            raise TypeError(f"{stub.__name__}: the reference's parameters {list(inspect.signature(reference).parameters)} "
+                            f"differ from the op's {names}")
+        ids = FAMILIES[family].functor_ids()
+        if functor not in ids:
+            raise ValueError(f"{stub.__name__}: csrc/{family}/ops.cuh lists no functor {functor} ({', '.join(ids)})")
+        spec = OpSpec(stub.__name__, FAMILIES[family], functor, ids[functor], reference, tuple(names[2:]),
+                      {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty},
+                      values, tuple(dataclasses.replace(p, op=stub.__name__) for p in problems),
+                      inspect.getdoc(stub) or "")
+        _define_custom_op(spec)
+        REGISTRY[spec.name] = spec
+        return _public_function(spec, stub, signature)
+    return wrap
+
+
+def _define_custom_op(spec: OpSpec) -> None:
+    """normscan::<name>, for torch.compile and CUDA graphs: the kernel on CUDA, the reference on
+    the CPU (both through spec.call, which validates), and a fake giving the output's layout."""
+    qualname = f"normscan::{spec.name}"
+    torch.library.define(qualname, spec.schema)
+    torch.library.impl(qualname, "cuda", spec.call)
+    torch.library.impl(qualname, "cpu", spec.call)
+    torch.library.register_fake(qualname, lambda x, *args: view.output_like(x))
+
+
+def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature) -> Callable:
+    """A function with the stub's exact signature (so Python binds its arguments, with its own
+    errors, at no cost) whose body is spec.call."""
+    params, namespace = [], {"_call": spec.call}
+    for i, p in enumerate(signature.parameters.values()):
+        if p.kind is p.KEYWORD_ONLY and "*" not in params:
+            params.append("*")
+        if p.default is p.empty:
+            params.append(p.name)
+        else:
+            namespace[f"_default{i}"] = p.default
+            params.append(f"{p.name}=_default{i}")
+    source = f"def {spec.name}({', '.join(params)}):\n    return _call({', '.join(signature.parameters)})\n"
+    exec(compile(source, f"<normscan.{spec.name}>", "exec"), namespace)
+    return functools.update_wrapper(namespace[spec.name], stub)
+
+
+def ops_in(family: str) -> list[OpSpec]:
+    return [s for s in REGISTRY.values() if s.family.name == family]

@@ -1,0 +1,291 @@
+"""The case library behind `normscan verify` and the GPU tests: every declared op against
+its reference evaluated in float64, on fresh random inputs.
+
+A case builds an input, runs the op into an output buffer poisoned beforehand (so an
+unwritten element shows), and compares with the op's reference expression evaluated in
+float64 on the same input: special values (NaN, +-inf) must match exactly, the rest by
+relative error ||out - ref|| / ||ref|| within the dtype's bound. The cases come from the
+registry: each op gets its family's cases, with its own flags and arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import view
+from .registry import REGISTRY, OpSpec
+
+# Normalisations: one fp32 reduction and one rounding to the output dtype. 16-bit outputs
+# are a single rounding (unit roundoff u = 2^-11 fp16, 2^-8 bf16) of an fp32-accurate
+# value, so 2u bounds them; fp32 is 1e-5.
+NORM_BOUNDS = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+# Products of "near1" values reach their first zero within ~10**4 elements, after which
+# every carry is 0: long rows draw "walk" values instead (no zeros, a driftless log).
+LONG_VALUES = {"near1": "walk"}
+
+
+@dataclass
+class Case:
+    name: str
+    op: str                      # the op's public name (a key of the registry)
+    make: Callable[[str], torch.Tensor]  # device -> input
+    dim: int
+    kwargs: dict = field(default_factory=dict)  # the op's arguments after dim, but for weight
+    with_weight: bool = False
+    sample: tuple[int, int] | None = None  # (dim, count): check only these slices (huge inputs)
+
+    @property
+    def spec(self) -> OpSpec:
+        return REGISTRY[self.op]
+
+
+@dataclass
+class Result:
+    case: Case
+    dtype: str
+    shape: tuple[int, ...]
+    error: float
+    bound: float
+    passed: bool
+    detail: str = ""
+
+
+# ---------------------------------------------------------------- inputs
+def _values(shape, dtype, device, dist: str, gen: torch.Generator) -> torch.Tensor:
+    big = 6e3 if dtype == torch.float16 else 1e15
+    tiny = 1e-3 if dtype == torch.float16 else 1e-15
+    f = torch.float32 if dtype != torch.float64 else torch.float64
+    if dist == "uniform":
+        x = torch.rand(shape, generator=gen, device=device, dtype=f)
+    elif dist == "normal":
+        x = torch.randn(shape, generator=gen, device=device, dtype=f)
+    elif dist == "mixed":  # signs and magnitudes over six decades
+        x = torch.randn(shape, generator=gen, device=device, dtype=f)
+        x = x * torch.exp(torch.empty(shape, device=device, dtype=f).uniform_(-7, 7, generator=gen))
+    elif dist == "large":
+        x = torch.randn(shape, generator=gen, device=device, dtype=f) * big
+    elif dist == "tiny":
+        x = torch.randn(shape, generator=gen, device=device, dtype=f) * tiny
+    elif dist == "near1":  # running products stay in range: 1 + noise, random signs, some zeros
+        x = 1 + 0.01 * torch.randn(shape, generator=gen, device=device, dtype=f)
+        sign = torch.randint(0, 2, shape, generator=gen, device=device) * 2 - 1
+        x = x * sign
+        x[torch.rand(shape, generator=gen, device=device) < 1e-4] = 0
+    elif dist == "walk":  # long running products, no zeros, random signs; the log of the
+        # product is a driftless walk that stays inside the dtype's range
+        if dtype.itemsize == 2:  # rounding exp(noise) to 8 or 11 bits biases the walk: +-1,
+            # and 2 or 1/2 a few times a row (exact, so the carries alone decide the result)
+            u = torch.rand(shape, generator=gen, device=device, dtype=f)
+            p = 4 / max(shape[-1], 1)
+            x = torch.where(u < p, 2.0, torch.where(u < 2 * p, 0.5, 1.0)).to(f)
+        else:  # 4 sigma sqrt(2**24) = 65 < ln(FLT_MAX)
+            x = torch.exp(4e-3 * torch.randn(shape, generator=gen, device=device, dtype=f))
+        x = x * (torch.randint(0, 2, shape, generator=gen, device=device) * 2 - 1)
+    else:
+        raise ValueError(dist)
+    return x.to(dtype)
+
+
+def maker(shape, dtype=torch.float32, dist="normal", view=None, specials=None):
+    def make(device: str) -> torch.Tensor:
+        gen = torch.Generator(device=device)
+        gen.seed()  # fresh inputs every run
+        x = _values(shape, dtype, device, dist, gen)
+        if specials:
+            specials(x)
+        return view(x) if view else x
+    return make
+
+
+def _zero_row(x):
+    x.view(-1, x.shape[-1])[0].zero_()
+
+
+def _inf_nan(x):
+    flat = x.view(-1, x.shape[-1])
+    flat[0, 0] = float("inf")
+    flat[-1, -1] = float("nan")
+    if flat.shape[0] > 2:
+        flat[1, flat.shape[1] // 2] = float("-inf")
+
+
+# ---------------------------------------------------------------- cases
+ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (3, 65539), (2, 300001)]
+LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003)]
+# Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
+# along inner (every dtype), an odd inner the scalar kernels.
+STRIDED = [((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
+           ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
+           ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 5, 7, 9), 0),
+           ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
+VIEWS = {
+    "transposed": (lambda x: x.t(), (64, 33), 1),
+    "sliced": (lambda x: x[:, :-1], (6, 1001), 1),
+    "stepped": (lambda x: x[:, ::2], (6, 1001), 1),
+    "channels_last": (lambda x: x.permute(0, 2, 3, 1), (2, 6, 7, 40), 3),
+    "expanded": (lambda x: x.expand(5, -1), (1, 777), 1),
+    "unfoldable": (lambda x: x[:, :, 1:3, ::2], (2, 3, 4, 9), 1),
+    "offset": (lambda x: x.view(-1)[1:].view(4, 999), (3997,), 1),
+}
+
+
+def _flag_sets(spec: OpSpec) -> list[dict]:
+    """Every combination of the op's bool flags but all False."""
+    flags = [n for n in spec.params if isinstance(spec.defaults.get(n), bool)]
+    sets = [{f: bool(bits >> i & 1) for i, f in enumerate(flags)} for bits in range(1, 1 << len(flags))]
+    return sets
+
+
+def _label(kwargs: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in kwargs.items())
+
+
+def cases(ops: list[str] | None = None, quick: bool = False, huge: bool = True) -> list[Case]:
+    """Every case of the sweep, for the ops named (default: all); ``quick`` keeps a
+    representative subset, ``huge`` adds >2**31 elements."""
+    out: list[Case] = []
+    for spec in REGISTRY.values():
+        if ops is None or spec.name in ops:
+            out += _op_cases(spec, quick, huge)
+    return out
+
+
+def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
+    op, dist = spec.name, spec.values
+    long_dist = LONG_VALUES.get(dist, dist)
+    is_scan = spec.family.name == "scan"
+    out: list[Case] = []
+    row_shapes = ROW_SHAPES + ([] if quick else LONG_ROW_SHAPES)
+    for dtype in DTYPES:
+        for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
+            out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
+        if not quick:  # the longest rows one block holds: 4096 16-byte vectors
+            shape = (3, 4096 * 16 // dtype.itemsize)
+            out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
+        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:7]:
+            out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
+    for vname, (v, shape, dim) in VIEWS.items():
+        out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), dim))
+    for d in ["uniform", "mixed"] if is_scan else ["uniform", "mixed", "large", "tiny"]:
+        out.append(Case(f"{op} {d} (64, 4099)", op, maker((64, 4099), torch.float32, d), 1))
+    out.append(Case(f"{op} zero row", op, maker((4, 515), torch.float32, dist, specials=_zero_row), 1))
+    out.append(Case(f"{op} inf/nan", op, maker((4, 515), torch.float32, dist, specials=_inf_nan), 1))
+    out.append(Case(f"{op} empty", op, maker((0, 17), torch.float32, dist), 1))
+    out.append(Case(f"{op} empty dim", op, maker((5, 0, 3), torch.float32, dist), 1))
+    # 0-d: one element, with every flag and a weight.
+    for kwargs in [{}] + _flag_sets(spec):
+        out.append(Case(f"{op} 0-d {_label(kwargs)}".rstrip(), op, maker((), torch.float32, dist), 0, kwargs))
+    if spec.takes("weight"):
+        out.append(Case(f"{op} 0-d weight", op, maker((), torch.float32, dist), 0, with_weight=True))
+    for kwargs in _flag_sets(spec):
+        # (3, 2**22+5): several look-back rows, each aligned differently.
+        for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((3, (1 << 22) + 5), 1)]:
+            d = long_dist if shape[-1] > 1 << 20 else dist
+            out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
+                            kwargs))
+    if is_scan:
+        # Long rows go to the look-back kernel: only inputs without zeros check the carries
+        # across the whole row.
+        out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, long_dist), 1))
+        out.append(Case(f"{op} few long rows (4, 2**22+1) bf16", op,
+                        maker((4, (1 << 22) + 1), torch.bfloat16, long_dist), 1))
+        for dtype in (torch.float16, torch.float64):  # the look-back kernel's other instantiations
+            out.append(Case(f"{op} few long rows (2, 2**22+3) {_dt(dtype)}", op,
+                            maker((2, (1 << 22) + 3), dtype, long_dist), 1))
+    if spec.takes("eps"):
+        out.append(Case(f"{op} eps=0 zero row", op, maker((4, 515), torch.float32, specials=_zero_row), 1,
+                        {"eps": 0.0}))
+    if spec.takes("weight"):
+        for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
+                                  ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16)]:
+            out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
+                            with_weight=True))
+    if huge and not quick:  # more than 2**31 elements: 64-bit offsets
+        out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), 1,
+                        sample=(0, 6)))
+        out.append(Case(f"{op} >2**31 strided (2, 64, 2**24+8)", op,
+                        maker((2, 64, (1 << 24) + 8), torch.float32, dist), 1, sample=(2, 64)))
+    return out
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# ---------------------------------------------------------------- checking
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
+    """(relative error over finite reference values, mismatch description or "").
+
+    The reference is exact (float64); where its value lies beyond out's dtype, PyTorch's op
+    in that dtype gives inf too, so its infinities are taken after rounding to out's dtype.
+    """
+    ref_in_dtype = ref.to(out.dtype).double()
+    out = out.double()
+    nan_ref, nan_out = ref.isnan(), out.isnan()
+    if not torch.equal(nan_ref, nan_out):
+        return math.inf, f"NaN mismatch at {int((nan_ref ^ nan_out).sum())} elements"
+    inf_ref = ref_in_dtype.isinf()
+    if not torch.equal(inf_ref, out.isinf()) or not torch.equal(out[inf_ref], ref_in_dtype[inf_ref]):
+        return math.inf, "inf mismatch"
+    finite = ~(nan_ref | inf_ref)
+    diff = torch.linalg.vector_norm((out - ref)[finite]).item()
+    norm = torch.linalg.vector_norm(ref[finite]).item()
+    return (diff / norm if norm > 0 else diff), ""
+
+
+def _args(case: Case, weight: torch.Tensor | None) -> list:
+    return case.spec.args(dict(case.kwargs, weight=weight))
+
+
+def run_op(case: Case, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    """The op; on CUDA into ``out`` when given (and x's layout folds), else through the public API."""
+    spec, dim = case.spec, case.dim % max(x.dim(), 1)
+    if x.is_cuda and out is not None and view.fold(x, out, dim) is not None:
+        return spec.launch(x, dim, *_args(case, weight), out=out)
+    return spec.call(x, case.dim, *_args(case, weight))
+
+
+def check(case: Case, device: str = "cuda") -> Result:
+    spec = case.spec
+    x = case.make(device)
+    dim = case.dim % max(x.dim(), 1)
+    weight = None
+    if case.with_weight:
+        weight = (torch.rand(x.shape[dim] if x.dim() else 1, device=device) + 0.5).to(x.dtype)
+    out = view.output_like(x)
+    # NaN poison shows unwritten elements wherever the reference has none; else a sentinel.
+    poison = math.nan if not x.isnan().any() else -1234.5
+    out.fill_(poison)
+    y = run_op(case, x, weight, out)
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    detail = ""
+    if case.sample is not None:
+        sdim, count = case.sample
+        if not bool(x.isnan().any()) and bool(y.isnan().any()):
+            return Result(case, _dt(x.dtype), tuple(x.shape), math.inf, 0.0, False, "unwritten elements")
+        n = x.shape[sdim]
+        idx = torch.unique(torch.cat([torch.tensor([0, n - 1]), torch.randint(0, n, (count,))])).to(device)
+        x, y = x.index_select(sdim, idx), y.index_select(sdim, idx)
+        detail = f"checked {len(idx)} slices of dim {sdim}; all written"
+    wide = None if weight is None else weight.double()
+    ref = spec.reference(x.double(), dim, *_args(case, wide))
+    err, mismatch = rel_error(y, ref)
+    if spec.family.name == "scan" and x.dtype == torch.float64:
+        # The reference is itself float64, so PyTorch's error against it is 0: bound the gap
+        # between two evaluation orders instead, (n - 1) roundings of a length-n scan.
+        bound = max(1, x.shape[dim] - 1 if x.dim() else 0) * UNIT_ROUNDOFF[x.dtype]
+    elif spec.family.name == "scan":  # no worse than 2x PyTorch's own error on the same input
+        theirs = spec.reference(x, dim, *_args(case, weight))
+        torch_err, _ = rel_error(theirs, ref)
+        bound = max(2 * torch_err, 2 * UNIT_ROUNDOFF[x.dtype])
+    else:
+        bound = NORM_BOUNDS[x.dtype]
+    passed = not mismatch and err <= bound
+    return Result(case, _dt(x.dtype), tuple(x.shape), err, bound, passed, mismatch or detail)

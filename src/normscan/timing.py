@@ -1,0 +1,173 @@
+"""The one timer: each implementation timed in rounds on freshly allocated inputs, L2 cold,
+against the device's copy bandwidth; on a machine without a GPU the same rounds on the CPU.
+
+On CUDA, times are medians of CUDA-event timings after warm-up. Before each timed call a
+kernel reads a 256 MB buffer 8 times (~0.7 ms): it leaves L2 holding nothing of the op's
+tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
+prepares the call, so the events measure device time, not the host's launch cost
+(tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
+twice the L2 cache. On the CPU, times are medians of wall-clock timings after warm-up.
+Bandwidth counts the fewest bytes any implementation must move: x read once, y written once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import testing
+
+FLUSH_BYTES = 256 << 20
+# Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
+# host has queued the timed call before the GPU reaches the event, unless its launch path
+# takes longer than that (one read left torch.compile's launch path inside the events in
+# some rounds; the 8 reads do not slow our kernels: NOTES.md).
+FLUSH_READS = 8
+
+
+@dataclass
+class Entry:
+    """One thing to time: an op on inputs of one shape and dtype, beside its baselines."""
+    label: str
+    op: str                  # the op's public name
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    dim: int
+    kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for weight
+    weight: bool = False
+    baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, weight)
+
+    @property
+    def bytes_moved(self) -> int:
+        return 2 * math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+@dataclass
+class Row:
+    label: str
+    op: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+    ms: dict[str, float]
+    error: float
+    bound: float
+    correct: bool
+    rounds_ms: dict[str, list[float]] = field(default_factory=dict)  # every round's median, per implementation
+    warmup_ms: dict[str, float] = field(default_factory=dict)  # the warm-up round's, not in `ms`
+
+
+@functools.cache
+def _flush_buffer(device: int) -> torch.Tensor:
+    """What the read before each timed call reads: made once per device, not per timing."""
+    return torch.ones(FLUSH_BYTES // 4, device=f"cuda:{device}")
+
+
+def time_ms(fn: Callable, xs: list[torch.Tensor], w, repeat: int, warmup: int = 3) -> float:
+    """Median time of fn(x, w) over `repeat` calls, x cycling through `xs`."""
+    for i in range(warmup):
+        fn(xs[i % len(xs)], w)
+    if not xs[0].is_cuda:
+        times = []
+        for i in range(repeat):
+            start = time.perf_counter()
+            fn(xs[i % len(xs)], w)
+            times.append(1e3 * (time.perf_counter() - start))
+        return statistics.median(times)
+    flush = _flush_buffer(torch.cuda.current_device())
+    torch.cuda.synchronize()
+    times = []
+    for i in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        x = xs[i % len(xs)]
+        for _ in range(FLUSH_READS):
+            flush.sum()
+        start.record()
+        fn(x, w)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(repeat: int, device: str = "cuda") -> float:
+    """Device-to-device copy in GB/s, counting bytes read and written (2 GB; 64 MB on the CPU)."""
+    nbytes = 1 << 31 if device == "cuda" else 1 << 26
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda x, w: dst.copy_(x), [src], None, repeat)
+    return 2 * nbytes / ms / 1e6
+
+
+def inputs(entry: Entry, device: str) -> list[torch.Tensor]:
+    """Enough input copies that cycling through them always misses L2 (one on the CPU)."""
+    copies = 1
+    if device == "cuda":
+        l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+        copies = max(1, min(16, (2 * l2_bytes) // max(entry.bytes_moved // 2, 1) + 1))
+    return [torch.rand(entry.shape, device=device, dtype=entry.dtype) for _ in range(copies)]
+
+
+def weight(entry: Entry, device: str) -> torch.Tensor | None:
+    if not entry.weight:
+        return None
+    return (torch.rand(entry.shape[entry.dim], device=device) + 0.5).to(entry.dtype)
+
+
+def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
+    """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
+    spec = testing.REGISTRY[entry.op]
+    case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, spec.values), entry.dim,
+                        dict(entry.kwargs), with_weight=entry.weight)
+    if math.prod(entry.shape) > 1 << 26:
+        case.sample = (next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape)), 32)
+    r = testing.check(case, device)
+    return r.error, r.bound, r.passed
+
+
+def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat: int, rounds: int,
+                device: str = "cuda", progress: Callable = iter) -> list[Row]:
+    """Ours (``ours(entry)`` gives fn(x, weight)) and each baseline timed in `rounds` rounds,
+    each on freshly allocated inputs; the median round is reported. Where memory lands
+    matters: the same kernel on a new allocation has measured up to 13% slower (H100), so
+    one allocation is not a measurement. A warm-up round comes first and is recorded apart
+    (`warmup_ms`), not in the median: the first round after the float64 check ran up to 15%
+    slow for every implementation timed early in it. Each round starts with the next
+    implementation, so no implementation is always the first on fresh memory."""
+    rows = []
+    for entry in progress(entries):
+        error, bound, ok = check_entry(entry, device)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        fns = {"normscan": ours(entry)}
+        for name, fn in entry.baselines.items():
+            if name == "compile":
+                torch._dynamo.reset()
+                fn = torch.compile(fn, dynamic=False)
+            fns[name] = fn
+        warmup: dict[str, float] = {}
+        per_round: dict[str, list[float]] = {name: [] for name in fns}
+        names = list(fns)
+        for r in range(rounds + 1):
+            xs = inputs(entry, device)
+            w = weight(entry, device)
+            first = r % len(names)
+            for name in names[first:] + names[:first]:
+                t = time_ms(fns[name], xs, w, repeat)
+                if r == 0:
+                    warmup[name] = t
+                else:
+                    per_round[name].append(t)
+            del xs
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        ms = {name: statistics.median(times) for name, times in per_round.items()}
+        rows.append(Row(entry.label, entry.op, list(entry.shape), str(entry.dtype).replace("torch.", ""),
+                        entry.bytes_moved, ms, error, bound, ok, per_round, warmup))
+    return rows

@@ -1,0 +1,127 @@
+"""The first-use build (_build.py): one extension per family, cached, locked, explained."""
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from normscan import _build
+from normscan.registry import FAMILIES
+
+
+def test_families_are_csrcs_folders_and_the_registrys():
+    assert _build.families() == sorted(FAMILIES)
+
+
+def test_source_expansion_inlines_each_header_once_relative_to_its_includer():
+    source = _build.family_source("scan")
+    assert '#include "' not in source and "#pragma once" not in source
+    assert source.count("struct RowSplit {") == 1 and source.count("struct View {") == 1
+    assert "scan_lookback_kernel" in source and "reduce_scale_rows_kernel" not in source
+    skipped = _build.expand_source("scan/binding.cu", skip=frozenset({"device/half.cuh"}))
+    assert "cuda_fp16.h" not in skipped and "cuda_fp16.h" in source
+
+
+def test_kernels_without_cuda_say_so():
+    if torch.cuda.is_available():
+        pytest.skip("checks the message given where torch sees no CUDA device")
+    with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
+        _build.load("scan")
+
+
+def test_an_unknown_family_is_named():
+    with pytest.raises(ValueError, match="no kernel family 'softmax'; the families are reduce_scale, scan"):
+        _build.load("softmax")
+
+
+def test_an_older_gpu_is_told_what_is_supported(monkeypatch):
+    monkeypatch.setattr(_build, "_modules", {})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    monkeypatch.setattr(_build, "arch", lambda: (7, 5))
+    with pytest.raises(RuntimeError, match=r"need compute capability 8\.0 or later.*Tesla T4 is sm_75.*reference"):
+        _build.load("scan")
+
+
+def test_build_lock_is_released_when_its_holder_dies(tmp_path):
+    """A build killed half-way must not leave a lock that hangs the next one."""
+    lock = tmp_path / "x.lock"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from pathlib import Path
+from normscan import _build
+with _build._file_lock(Path({str(lock)!r})):
+    print("held", flush=True)
+    time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with open(lock) as handle:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.kill()
+    holder.wait()
+    with open(lock) as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
+
+
+def test_build_key_changes_with_sources_arch_and_flags(monkeypatch):
+    base = _build.build_key("src", (9, 0))
+    assert base == _build.build_key("src", (9, 0))
+    assert base != _build.build_key("src2", (9, 0)) and base != _build.build_key("src", (8, 0))
+    monkeypatch.setenv("NORMSCAN_EXTRA_CUDA_FLAGS", "-DNORMSCAN_SCAN_VECS=8")
+    assert base != _build.build_key("src", (9, 0))
+
+
+def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
+    from torch.utils import cpp_extension
+
+    def failing(**kwargs):
+        raise RuntimeError("Error building extension 'x': cuda.cu(12): error: identifier \"oops\" is undefined")
+
+    monkeypatch.setattr(cpp_extension, "load_inline", failing)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    with pytest.raises(_build.BuildError) as err:
+        _build._compile("x", "scan", "source", (9, 0), tmp_path)
+    assert "scan kernels for sm_90" in str(err.value) and 'identifier "oops" is undefined' in str(err.value)
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"  # the user's setting is given back
+
+
+def _run_build(cache, family):
+    code = f"import normscan._build as b; b.load({family!r}); print('LOADED')"
+    env = dict(os.environ, NORMSCAN_CACHE_DIR=str(cache), PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+@pytest.mark.gpu
+def test_build_killed_halfway_then_two_concurrent_builds(tmp_path):
+    """A build killed half-way leaves no lock that hangs the next; two builds at once share one
+    result; only the family asked for is built."""
+    cache = tmp_path / "cache"
+    victim = _run_build(cache, "scan")
+    time.sleep(15)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    a, b = _run_build(cache, "scan"), _run_build(cache, "scan")
+    out_a, _ = a.communicate(timeout=900)
+    out_b, _ = b.communicate(timeout=900)
+    assert a.returncode == 0 and "LOADED" in out_a, out_a
+    assert b.returncode == 0 and "LOADED" in out_b, out_b
+    assert (out_a + out_b).count("building the scan kernels") == 1, out_a + out_b
+    built = [p for p in cache.iterdir() if p.is_dir()]
+    assert len(built) == 1 and built[0].name.startswith("normscan_scan_") and (built[0] / "COMPLETE").exists()
+
+
+def test_every_csrc_file_ships_with_the_package():
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parent.parent
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["normscan"]
+    package = _build.CSRC.parent
+    shipped = {p for g in globs for p in package.glob(g)}
+    assert {p for p in _build.CSRC.rglob("*") if p.is_file()} <= shipped

@@ -1,0 +1,105 @@
+"""csrc/ without a GPU: each family's extension source (its binding with torch's headers, and
+every kernel it instantiates) compiled once by nvcc for sm_80 and sm_90, with no register
+spill and no stack frame; the tools' torch-free build; and the op lists against the registry."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from normscan import _build
+from normscan.registry import FAMILIES, REGISTRY
+
+from conftest import NVCC
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_cuda_op_lists_are_the_registrys():
+    """Every declared op's functor is in its family's list under its id, and every listed
+    functor is declared."""
+    for family in FAMILIES.values():
+        listed = family.functor_ids()
+        declared = {s.functor: s.op_id for s in REGISTRY.values() if s.family is family}
+        assert listed == declared, (family.name, listed, declared)
+        assert len(set(listed.values())) == len(listed)
+
+
+def _torch_includes(tmp_path: Path) -> list[str]:
+    torch = pytest.importorskip("torch")
+    from torch.utils import cpp_extension
+
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
+    if not any(Path(p, "c10/cuda/impl/cuda_cmake_macros.h").exists() for p in cpp_extension.include_paths()):
+        # The CPU wheel omits this one generated header of its CUDA build; it only says
+        # that c10_cuda is a shared library.
+        stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
+        stub.mkdir(parents=True)
+        (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        includes.append(f"-I{tmp_path / 'stub'}")
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    # As load_inline builds it: torch's flags for .cu files.
+    return includes + [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-D__CUDA_NO_HALF_OPERATORS__",
+                       "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__"]
+
+
+def spilling_kernels(report: str) -> list[str]:
+    """Kernels whose ptxas report shows a stack frame or spills."""
+    bad, current = [], None
+    for line in report.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)' for '(sm_\d+)'", line)
+        if m:
+            current = f"{m.group(1)} ({m.group(2)})"
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and any(int(v) for v in m.groups()):
+            bad.append(f"{current}: {line.strip()}")
+    return bad
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_compiles_for_sm80_and_sm90_without_spills(family, tmp_path):
+    src = tmp_path / f"{family}.cu"
+    src.write_text(_build.family_source(family))
+    run = subprocess.run([NVCC, "-std=c++17", "-O3", "-c", "--threads", "2", "-Xptxas", "-v",
+                          "-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+                          *_torch_includes(tmp_path), str(src), "-o", str(tmp_path / f"{family}.o")],
+                         capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-4000:]
+    kernels = re.findall(r"Compiling entry function '(\w+)' for '(sm_\d+)'", run.stderr)
+    # Every op in every dtype: at least one kernel each, for each arch.
+    assert len(kernels) >= 2 * 4 * len([s for s in REGISTRY.values() if s.family.name == family]), len(kernels)
+    assert {arch for _, arch in kernels} == {"sm_80", "sm_90"}
+    assert spilling_kernels(run.stderr) == []
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_float32_only_export_source_compiles(family, tmp_path):
+    """What an exported KernelBench file compiles (no fp16 header, float32 kernels): to PTX."""
+    from normscan.cli import export
+
+    src = tmp_path / f"{family}_f32.cu"
+    src.write_text(export.cuda_source(family))
+    run = subprocess.run([NVCC, "-std=c++17", "-c", "-gencode=arch=compute_90,code=compute_90",
+                          *_torch_includes(tmp_path), str(src), "-o", str(tmp_path / f"{family}_f32.o")],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+
+
+def test_spill_detector_can_fail():
+    report = ("ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'\n"
+              "ptxas info    : Function properties for _Z1kv\n"
+              "    8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
+    assert spilling_kernels(report) == ["_Z1kv (sm_90): 8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads"]
+
+
+@pytest.mark.nvcc
+def test_kernel_bench_compiles(tmp_path):
+    """tools/kernel_bench.cu, the torch-free timer of -D variants, still builds (host side and
+    PTX: its kernels are the families')."""
+    run = subprocess.run([NVCC, "-std=c++17", "-c", "-gencode=arch=compute_90,code=compute_90", "-I",
+                          str(_build.CSRC), str(ROOT / "tools" / "kernel_bench.cu"), "-o", str(tmp_path / "kb.o")],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]

@@ -1,0 +1,77 @@
+"""The exported KernelBench solution files (cli/export.py, problems.py)."""
+
+import importlib.util
+import re
+
+import pytest
+import torch
+
+from normscan.cli import export
+from normscan.problems import all_problems
+
+PROBLEMS = all_problems()
+
+# KernelBench's static checker (src/kernelbench/kernel_static_checker.py), restated: its
+# strict checks and its warnings. Comments end at '#' or '//' on a line.
+FORBIDDEN = [r"\btry\s*:", r"\bexcept\s*:", r"\bexcept\s+\w+", r"\bpass\b", r"torch\.cuda\.Stream\s*\(",
+             r"cuda\.Stream\s*\(", r"with\s+torch\.cuda\.stream", r"\.wait_stream\s*\(", r"\.record_stream\s*\(",
+             r"threading", r"multiprocessing", r"concurrent\.futures", r"ThreadPoolExecutor",
+             r"_make_subclass", r"class\s+\w+.*\(torch\.Tensor\)", r"torch\.Tensor\.__new__",
+             r"__float2half(_rn)?\s*\(", r"\(\s*__half\s*\)\s*[\w\->\.]+", r"static_cast\s*<\s*(__half|half)\s*>",
+             r"\.half\s*\(", r"\.to\s*\(\s*(dtype\s*=\s*)?torch\.(float16|half)\b",
+             r"torch\.nn\.(?!(Module|parameter|Parameter|ParameterList|ParameterDict|ModuleList|ModuleDict|init)\b)",
+             r"\bnn\.functional\.\w+", r"\bF\.(conv|linear|relu|gelu|softmax|batch_norm|layer_norm|dropout)",
+             r"\btorch\.(softmax|log_softmax|rms_norm|layer_norm|batch_norm|group_norm|instance_norm|normalize|"
+             r"logsumexp|cumsum|cumprod|norm)\s*\("]
+
+
+def _strip(code):
+    return "\n".join(line.split("#", 1)[0].split("//", 1)[0] for line in code.split("\n"))
+
+
+def test_problems_are_the_declared_ones():
+    assert sorted(PROBLEMS) == ["36_RMSNorm_", "38_L1Norm_", "39_L2Norm_", "90_cumprod"]
+    assert PROBLEMS["36_RMSNorm_"].kwargs() == {"dim": 1, "eps": 1e-5}
+    assert PROBLEMS["90_cumprod"].kwargs(0) == {"dim": 0}
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
+    path = next(p for p in export.write_all(tmp_path) if p.stem == name)
+    source = path.read_text()
+    compile(source, str(path), "exec")
+    code = _strip(source)
+    for pattern in FORBIDDEN:
+        assert not re.search(pattern, code), (pattern, re.search(pattern, code))
+    assert "__global__" in code and "load_inline" in code and re.search(r"\bthreadIdx\.", code)
+    # float32 kernels only, without the fp16 header
+    assert 'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n' in source and "cuda_fp16.h" not in source
+    assert not re.findall(r"^\s*(?:import|from)\s+normscan", source, re.M)
+    assert "class ModelNew(nn.Module)" in source
+    namespace = {"torch": torch}
+    exec(PROBLEMS[name].inputs_source, namespace)
+    assert list(namespace["get_init_inputs"]()) == list(PROBLEMS[name].init_inputs)
+    assert namespace["get_inputs"]()[0].shape == PROBLEMS[name].shape
+
+
+def test_checker_patterns_can_fail():
+    assert re.search(FORBIDDEN[3], _strip("x = 1\npass\n"))
+    assert not re.search(FORBIDDEN[3], _strip("x = 1  # pass\n"))
+    assert re.search(FORBIDDEN[-1], _strip("y = torch.cumsum(x, 1)"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_exported_solution_matches_reference(name, tmp_path):
+    """Each exported file, loaded alone (no normscan import), against its problem's Model."""
+    path = next(p for p in export.write_all(tmp_path) if p.stem == name)
+    spec = importlib.util.spec_from_file_location(f"kb_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    problem = PROBLEMS[name]
+    model = module.ModelNew(*module.get_init_inputs())
+    for trial in range(5):  # KernelBench's check: 5 random-input trials, atol = rtol = 1e-4
+        x = problem.make_input(shape=tuple(max(1, s // 8) for s in problem.shape))
+        torch.testing.assert_close(model(x), problem.reference(x), atol=1e-4, rtol=1e-4)
+    x = module.get_inputs()[0].cuda()
+    torch.testing.assert_close(model(x), problem.reference(x), atol=1e-4, rtol=1e-4)

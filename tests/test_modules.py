@@ -1,0 +1,36 @@
+"""The nn.Module wrappers (modules.py): KernelBench's constructors, RMSNorm's checks."""
+
+import pytest
+import torch
+
+import normscan
+from normscan import reference
+
+
+def test_modules_match_kernelbench_constructors():
+    assert normscan.L2Norm().dim == 1 and normscan.L1Norm().dim == 1
+    m = normscan.RMSNorm(64)
+    assert m.num_features == 64 and m.eps == 1e-5 and m.weight is None
+    assert normscan.RMSNorm(8, elementwise_affine=True).weight.tolist() == [1.0] * 8
+    assert normscan.CumProd(1).dim == 1
+    x = torch.randn(2, 8, 3)
+    torch.testing.assert_close(normscan.RMSNorm(8, 1e-5)(x), reference.rms_norm(x, 1, 1e-5))
+    torch.testing.assert_close(normscan.CumSum(2, reverse=True)(x), reference.cumsum(x, 2, reverse=True))
+
+
+def test_rms_norm_checks_num_features_against_the_input():
+    with pytest.raises(ValueError, match=r"built for 64 features along dim 1, but the input has 8 there \(shape \(2, 8, 3\)\)"):
+        normscan.RMSNorm(64)(torch.randn(2, 8, 3))
+    with pytest.raises(IndexError):  # an out-of-range dim is the op's error, as for any op
+        normscan.RMSNorm(3, dim=5)(torch.randn(2, 8, 3))
+
+
+def test_rms_norm_as_torch_nn_rms_norm_over_the_last_dim():
+    """The equivalence the docstring gives: RMSNorm(n, eps=None, dim=-1, elementwise_affine=True)."""
+    x = torch.randn(4, 16)
+    ours = normscan.RMSNorm(16, eps=None, dim=-1, elementwise_affine=True)
+    theirs = torch.nn.RMSNorm(16)
+    with torch.no_grad():
+        ours.weight.copy_(torch.rand(16) + 0.5)
+        theirs.weight.copy_(ours.weight)
+        torch.testing.assert_close(ours(x), theirs(x))

@@ -1,0 +1,61 @@
+"""The check harness (testing.py): its cases come from the registry, and it can fail."""
+
+import math
+
+import pytest
+import torch
+
+from normscan import testing
+from normscan.registry import REGISTRY
+
+
+def test_every_op_gets_its_familys_cases_and_its_own_flags():
+    cases = testing.cases()
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names))
+    for name, spec in REGISTRY.items():
+        mine = [c for c in cases if c.op == name]
+        assert len(mine) > 80, name
+        zero_d = [c for c in mine if "0-d" in c.name]
+        # 0-d with every flag combination, and with a weight where the op takes one
+        assert len(zero_d) == (4 if spec.takes("reverse") else 1) + spec.takes("weight"), [c.name for c in zero_d]
+        assert any(c.sample for c in mine)  # >2**31 elements
+    assert not any(c.sample for c in testing.cases(huge=False))
+    assert {c.op for c in testing.cases(["cumsum"])} == {"cumsum"}
+
+
+def test_rel_error_takes_overflow_in_the_output_dtype():
+    """An exact result beyond float32's range is inf in float32, as PyTorch's op gives it;
+    a finite output there, or inf where the rounded result is finite, is still a mismatch."""
+    ref = torch.tensor([1.0, 1e39, -1e39, 2.0**127], dtype=torch.float64)
+    ok = torch.tensor([1.0, math.inf, -math.inf, 2.0**127], dtype=torch.float32)
+    assert testing.rel_error(ok, ref) == (0.0, "")
+    finite_there = torch.tensor([1.0, 3.4e38, -math.inf, 2.0**127], dtype=torch.float32)
+    assert testing.rel_error(finite_there, ref)[1] == "inf mismatch"
+    wrong_sign = torch.tensor([1.0, -math.inf, -math.inf, 2.0**127], dtype=torch.float32)
+    assert testing.rel_error(wrong_sign, ref)[1] == "inf mismatch"
+    inf_too_early = torch.tensor([1.0, math.inf, -math.inf, math.inf], dtype=torch.float32)
+    assert testing.rel_error(inf_too_early, ref)[1] == "inf mismatch"
+
+
+def test_a_cpu_check_runs_the_reference():
+    result = testing.check(testing.Case("rms", "rms_norm", testing.maker((3, 40)), 1, with_weight=True), "cpu")
+    assert result.passed and result.error < 1e-6
+
+
+@pytest.mark.gpu
+def test_a_wrong_kernel_fails_the_check(monkeypatch):
+    """The harness catches a kernel that skips elements or computes the wrong thing."""
+    spec = REGISTRY["l2_normalize"]
+    case = testing.Case("l2 rows", "l2_normalize", testing.maker((8, 1000)), 1)
+    real = type(spec).launch
+
+    def skips_last_row(self, x, dim, *args, out=None):
+        out[:-1] = real(self, x[:-1], dim, *args)
+        return out
+
+    monkeypatch.setattr(type(spec), "launch", skips_last_row)
+    assert not testing.check(case).passed
+    l1 = REGISTRY["l1_normalize"]
+    monkeypatch.setattr(type(spec), "launch", lambda self, x, dim, *a, out=None: real(l1, x, dim, *a, out=out))
+    assert not testing.check(case).passed
