@@ -8,6 +8,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <string>
+
 #include "device/view.cuh"
 #include "entries.h"
 #ifndef NORMSCAN_FLOAT32_ONLY
@@ -34,6 +36,11 @@ template <typename T> using cuda_t = typename CudaType<T>::type;
 template <typename T> const T* data(const at::Tensor& t) { return static_cast<const T*>(t.const_data_ptr()); }
 template <typename T> T* mutable_data(at::Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
 
+// Numbers in messages go through std::to_string: streaming an int64_t through c10::str
+// (ostream::_M_insert<long>, instantiated in the extension) crashed in libstdc++'s locale
+// code on the H100 machine's toolchain (NOTES.md); strings stream fine.
+inline std::string num(int64_t v) { return std::to_string(v); }
+
 inline void check_cuda(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, "normscan: ", what, " failed: ", cudaGetErrorString(err));
 }
@@ -52,7 +59,8 @@ inline View checked_view(const at::Tensor& x, const at::Tensor& y, at::IntArrayR
   TORCH_CHECK(x.is_cuda() && y.is_cuda(), "normscan: x and y must be CUDA tensors");
   TORCH_CHECK(x.device() == y.device(), "normscan: x and y must be on one device");
   TORCH_CHECK(x.scalar_type() == y.scalar_type(), "normscan: x and y must have one dtype");
-  TORCH_CHECK(fields.size() == View::kFields, "normscan: a view has ", View::kFields, " fields, got ", fields.size());
+  TORCH_CHECK(fields.size() == View::kFields, "normscan: a view has ", num(View::kFields), " fields, got ",
+              num(static_cast<int64_t>(fields.size())));
   const View v = View::from(fields.data());
   check_reach(x, v.x_so, v.x_sl, v.x_si, v, "x");
   check_reach(y, v.y_so, v.y_sl, v.y_si, v, "y");

@@ -19,6 +19,6 @@ void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, 
     const bool known = with_scan_op(op, [&](auto functor) {
       check_cuda(launch_scan<T, decltype(functor)>(a, workspace.data_ptr(), stream), "scan");
     });
-    TORCH_CHECK(known, "normscan: no scan op has id ", op);
+    TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
   });
 }
