@@ -77,15 +77,19 @@ def test_family_compiles_for_sm80_and_sm90_without_spills(family, tmp_path):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_float32_only_export_source_compiles(family, tmp_path):
-    """What an exported KernelBench file compiles (no fp16 header, float32 kernels): to PTX."""
+    """What an exported KernelBench file compiles (one op, float32, no fp16 header): to PTX."""
     from normscan.cli import export
 
+    spec = next(s for s in REGISTRY.values() if s.family.name == family)
     src = tmp_path / f"{family}_f32.cu"
-    src.write_text(export.cuda_source(family))
+    src.write_text(export.cuda_source(spec))
     run = subprocess.run([NVCC, "-std=c++17", "-c", "-gencode=arch=compute_90,code=compute_90",
                           *_torch_includes(tmp_path), str(src), "-o", str(tmp_path / f"{family}_f32.o")],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]
+    ptx = (tmp_path / f"{family}_f32.o").read_bytes()
+    others = [s.functor for s in REGISTRY.values() if s.family.name == family and s is not spec]
+    assert spec.functor.encode() in ptx and not any(f.encode() in ptx for f in others)
 
 
 def test_spill_detector_can_fail():

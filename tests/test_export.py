@@ -44,8 +44,10 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     for pattern in FORBIDDEN:
         assert not re.search(pattern, code), (pattern, re.search(pattern, code))
     assert "__global__" in code and "load_inline" in code and re.search(r"\bthreadIdx\.", code)
-    # float32 kernels only, without the fp16 header
-    assert 'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n' in source and "cuda_fp16.h" not in source
+    # float32 kernels of this op only, without the fp16 header
+    spec = PROBLEMS[name].spec
+    assert (f'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n#define {spec.family.ops_macro}(X) '
+            f'X({spec.op_id}, {spec.functor})\n') in source and "cuda_fp16.h" not in source
     assert not re.findall(r"^\s*(?:import|from)\s+normscan", source, re.M)
     assert "class ModelNew(nn.Module)" in source
     namespace = {"torch": torch}

@@ -1,8 +1,8 @@
 """`normscan export-kernelbench DIR`: one self-contained KernelBench solution file per problem.
 
 Each file holds normscan's own code for its op, float32 only, and does not import normscan:
-the CUDA source of the op's family (its kernels and its binding, comments stripped),
-compiled with ``load_inline`` at import; the view (view.py's ``View``, ``is_dense`` and
+the CUDA source of the op's family (its binding, and the kernels of this op alone, comments
+stripped), compiled with ``load_inline`` at import; the view (view.py's ``View``, ``is_dense`` and
 ``fold``) and the family's launcher from the package's source; ``ModelNew`` with the
 problem's ``Model`` constructor; and the problem's ``get_inputs`` / ``get_init_inputs``.
 """
@@ -78,10 +78,12 @@ def strip_comments(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.splitlines() if line.strip())
 
 
-def cuda_source(family: str) -> str:
-    """The family's extension source, float32 kernels only, without the fp16 header."""
-    return strip_comments("#define NORMSCAN_FLOAT32_ONLY\n" +
-                          _build.expand_source(f"{family}/binding.cu", skip=frozenset({"device/half.cuh"})))
+def cuda_source(spec) -> str:
+    """The op's family's extension source with the op alone in its list (the file compiles its
+    kernels only), float32 kernels only, without the fp16 header."""
+    head = f"#define NORMSCAN_FLOAT32_ONLY\n#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n"
+    return strip_comments(head + _build.expand_source(f"{spec.family.name}/binding.cu",
+                                                      skip=frozenset({"device/half.cuh"})))
 
 
 def solution(problem: Problem) -> str:
@@ -89,7 +91,7 @@ def solution(problem: Problem) -> str:
     slug = re.sub(r"\W", "_", problem.name).strip("_").lower()
     python = "\n\n\n".join(inspect.getsource(obj).rstrip() for obj in
                          (view.View, view.is_dense, view.fold, spec.family.launch))
-    return _FILE.format(name=problem.name, op=spec.name, version=__version__, cuda=cuda_source(spec.family.name),
+    return _FILE.format(name=problem.name, op=spec.name, version=__version__, cuda=cuda_source(spec),
                         cpp=strip_comments(_build.expand_source(_build.ENTRIES)), slug=slug,
                         family=spec.family.name, python=python, op_id=spec.op_id, functor=spec.functor,
                         init=f", {problem.init}" if problem.init else "", call=problem.call,

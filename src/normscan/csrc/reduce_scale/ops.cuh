@@ -40,7 +40,9 @@ struct RmsNormOp {
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
 // against this list by tests/test_registry.py.
+#ifndef NORMSCAN_REDUCE_SCALE_OPS  // an exported KernelBench file lists its one op itself
 #define NORMSCAN_REDUCE_SCALE_OPS(X) X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp)
+#endif
 
 NORMSCAN_OP_VISITOR(with_reduce_scale_op, NORMSCAN_REDUCE_SCALE_OPS)
 

@@ -23,7 +23,9 @@ template <typename T> struct ScanArgs {
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
 // against this list by tests/test_registry.py.
+#ifndef NORMSCAN_SCAN_OPS  // an exported KernelBench file lists its one op itself
 #define NORMSCAN_SCAN_OPS(X) X(0, ProdOp) X(1, SumOp)
+#endif
 
 NORMSCAN_OP_VISITOR(with_scan_op, NORMSCAN_SCAN_OPS)
 
