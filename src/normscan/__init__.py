@@ -1,9 +1,10 @@
 """normscan: fused CUDA kernels for normalisation and scan operators."""
 
-from .modules import CumProd, CumSum, L1Norm, L2Norm, RMSNorm
-from .ops import cumprod, cumsum, l1_normalize, l2_normalize, rms_norm
+from . import modules as _modules
+from . import ops as _ops
+from .modules import *  # noqa: F403  (modules.__all__)
+from .ops import *  # noqa: F403  (ops.__all__: every declared op)
 
 __version__ = "0.1.0"
 
-__all__ = ["l2_normalize", "l1_normalize", "rms_norm", "cumprod", "cumsum",
-           "L2Norm", "L1Norm", "RMSNorm", "CumProd", "CumSum", "__version__"]
+__all__ = [*_ops.__all__, *_modules.__all__, "__version__"]

@@ -8,6 +8,8 @@ from torch import nn
 
 from . import ops
 
+__all__ = ["L2Norm", "L1Norm", "RMSNorm", "CumProd", "CumSum"]
+
 
 class L2Norm(nn.Module):
     """``x / torch.norm(x, p=2, dim=dim, keepdim=True)`` (KernelBench 39_L2Norm_)."""

@@ -200,6 +200,9 @@ class OpSpec:
 
 
 REGISTRY: dict[str, OpSpec] = {}
+# The public names of the ops, in declaration order: ops.py's __all__ (this very list, so an
+# op declared anywhere in that file is exported).
+PUBLIC: list[str] = []
 
 
 def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor], values: str = "normal",
@@ -224,6 +227,7 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
                       inspect.getdoc(stub) or "")
         _define_custom_op(spec)
         REGISTRY[spec.name] = spec
+        PUBLIC.append(spec.name)
         return _public_function(spec, stub, signature)
     return wrap
 
