@@ -1,0 +1,49 @@
+"""The documents match the code: every environment variable read is documented, every
+command's default is the one the README states, the license is the declared one, and the
+documents speak of the project alone."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "NOTES.md", ROOT / "benchmarks" / "HISTORY.md"]
+SOURCES = [*(ROOT / "src").rglob("*.py"), *(ROOT / "tools").glob("*"), *(ROOT / "tests").glob("*.py"),
+           *(ROOT / ".ci").glob("*")]
+
+
+def test_every_environment_variable_read_is_documented():
+    read = set()
+    for path in SOURCES:
+        if path.name == "test_docs.py":
+            continue
+        text = path.read_text()
+        read |= set(re.findall(r"""environ(?:\.get)?[\[(]\s*["']([A-Z_]+)["']""", text))
+        read |= set(re.findall(r"\$\{?(NORMSCAN_[A-Z_]+)", text))
+    readme = (ROOT / "README.md").read_text()
+    assert {"NORMSCAN_CACHE_DIR", "XDG_CACHE_HOME", "NORMSCAN_EXTRA_CUDA_FLAGS", "NORMSCAN_COMMIT"} <= read
+    assert [v for v in sorted(read) if f"`{v}`" not in readme] == []
+
+
+def test_command_defaults_are_the_documented_ones():
+    from normscan.cli import bench
+
+    readme = (ROOT / "README.md").read_text()
+    assert f"(default `./{bench.DEFAULT_OUT}`)" in readme
+    assert f"(default {bench.DEFAULT_ROUNDS})" in readme and f"(default {bench.DEFAULT_REPEAT})" in readme
+
+
+def test_license_is_the_declared_one():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+@pytest.mark.parametrize("path", DOCS + sorted((ROOT / "tools").glob("*")), ids=lambda p: p.name)
+def test_documents_speak_of_the_project_alone(path):
+    """By commit and date, not by the working sessions or tools that produced them."""
+    text = path.read_text()
+    for pattern in [r"\b[Ss]ession\b", r"device tool", r"lent to us", r"\$OUT\b"]:
+        assert not re.search(pattern, text), (pattern, re.search(pattern, text))
