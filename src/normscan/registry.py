@@ -141,9 +141,14 @@ class Family:
 
     def functor_ids(self) -> dict[str, int]:
         """Functor -> op id, as csrc/<name>/ops.cuh lists them."""
-        text = (_build.CSRC / self.name / "ops.cuh").read_text()
-        line = re.search(rf"#define {self.ops_macro}\(X\)(.*)", text).group(1)
-        return {functor: int(i) for i, functor in re.findall(r"X\((\d+),\s*(\w+)\)", line)}
+        return _functor_ids(self.name, self.ops_macro)
+
+
+@functools.cache
+def _functor_ids(family: str, macro: str) -> dict[str, int]:
+    text = (_build.CSRC / family / "ops.cuh").read_text()
+    line = re.search(rf"#define {macro}\(X\)(.*)", text).group(1)
+    return {functor: int(i) for i, functor in re.findall(r"X\((\d+),\s*(\w+)\)", line)}
 
 
 FAMILIES = {f.name: f for f in [Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS"),
@@ -259,5 +264,3 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
     return functools.update_wrapper(namespace[spec.name], stub)
 
 
-def ops_in(family: str) -> list[OpSpec]:
-    return [s for s in REGISTRY.values() if s.family.name == family]

@@ -49,9 +49,7 @@ def fold(x: torch.Tensor, y: torch.Tensor, dim: int) -> View | None:
     """x and y (same shape) as one (outer, length, inner) view around ``dim``, or None if their
     layouts do not fold into one."""
     sizes = x.shape
-    if x.dim() == 0:
-        return View(1, 1, 1, 1, 1, 1, 1, 1, 1)
-    if x.is_contiguous() and y.is_contiguous():  # the common case, without the general fold's sorting
+    if sizes and x.is_contiguous() and y.is_contiguous():  # the common case, without fold_strides' sorting
         inner = math.prod(sizes[dim + 1:])
         length = sizes[dim]
         return View(math.prod(sizes[:dim]), length, inner, length * inner, inner, 1, length * inner, inner, 1)
