@@ -1,5 +1,6 @@
 """The public ops (ops.py, declared through registry.py): arguments, errors, the CPU path, the
-custom ops (opcheck on CPU and CUDA), torch.compile, and the calls' cost on a GPU."""
+custom ops (opcheck on CPU and CUDA), torch.compile, and the calls' cost on a GPU. Their
+gradients: test_autograd.py."""
 
 import inspect
 import re
@@ -78,30 +79,6 @@ def test_scan_flags_must_be_bools(name, flag):
             call(name, x, 1, **{flag: bad})
     with pytest.raises(TypeError, match="positional"):  # keyword-only, as documented
         getattr(normscan, name)(x, 1, True)
-
-
-@pytest.mark.parametrize("name", ALL_OPS)
-def test_requires_grad_is_refused_with_advice(name):
-    x = torch.randn(3, 4, requires_grad=True)
-    with pytest.raises(RuntimeError, match="x requires grad, and normscan has no backward yet"):
-        call(name, x, 1)
-    with torch.no_grad():
-        call(name, x, 1)
-
-
-def test_weight_that_requires_grad_is_refused_eagerly_in_modules_and_compiled():
-    """A trained weight must not silently lose its gradient (until backward exists)."""
-    x = torch.randn(4, 8)
-    w = torch.ones(8, requires_grad=True)
-    with pytest.raises(RuntimeError, match="weight requires grad, and normscan has no backward yet"):
-        normscan.rms_norm(x, 1, weight=w)
-    with pytest.raises(RuntimeError, match="weight requires grad"):
-        normscan.RMSNorm(8, elementwise_affine=True)(x)
-    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w), fullgraph=True)
-    with pytest.raises(RuntimeError, match="weight requires grad"):
-        compiled(x, w)
-    with torch.no_grad():
-        torch.testing.assert_close(normscan.rms_norm(x, 1, weight=w), reference.rms_norm(x, 1, 1e-5, w))
 
 
 def test_unsupported_device_is_explained():
@@ -199,8 +176,8 @@ def opcheck_samples(device: str):
                 flag_sets += [{"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}]
             if spec.takes("weight"):
                 flag_sets += [{"weight": torch.rand(5, dtype=dtype, device=device) + 0.5, "eps": 1e-3}]
-            for given in flag_sets:
-                x = torch.randn(3, 5, 4, dtype=dtype, device=device)
+            for given in flag_sets:  # x requires grad: the autograd registration is checked too
+                x = torch.randn(3, 5, 4, dtype=dtype, device=device, requires_grad=True)
                 yield name, (x, 1, *spec.args(given))
             yield name, (torch.randn((), dtype=dtype, device=device), 0, *spec.args({}))
             yield name, (torch.randn(6, 9, dtype=dtype, device=device)[:, ::2], 1, *spec.args({}))
@@ -222,19 +199,6 @@ def test_opcheck_every_op_on_cpu():
 @pytest.mark.gpu
 def test_opcheck_every_op_on_cuda():
     assert run_opchecks("cuda") == []
-
-
-@pytest.mark.gpu
-def test_weight_that_requires_grad_is_refused_on_cuda():
-    x = torch.randn(4, 64, device="cuda")
-    w = torch.ones(64, device="cuda", requires_grad=True)
-    with pytest.raises(RuntimeError, match="weight requires grad, and normscan has no backward yet"):
-        normscan.rms_norm(x, 1, weight=w)
-    with pytest.raises(RuntimeError, match="weight requires grad"):
-        normscan.RMSNorm(64, elementwise_affine=True).cuda()(x)
-    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w), fullgraph=True)
-    with pytest.raises(RuntimeError, match="weight requires grad"):
-        compiled(x, w)
 
 
 @pytest.mark.gpu

@@ -5,7 +5,8 @@ An op is declared in ops.py by its public function's signature and docstring, un
 family's list (``csrc/<family>/ops.cuh``), its reference, the values its checks draw, and
 the KernelBench problems it solves. From the declaration come the public function
 (validation, then the reference on the CPU, the custom op while compiling, or the kernel),
-the ``torch.library`` custom op with its CUDA, CPU and fake implementations, and every
+the ``torch.library`` custom op with its CUDA, CPU and fake implementations and its
+backward, and every
 catalogue: verify's cases, bench's entries, the exported KernelBench files, the tests.
 """
 
@@ -44,16 +45,7 @@ def check_input(op: str, x: object) -> torch.Tensor:
     if x.device.type not in ("cuda", "cpu"):
         raise ValueError(f"normscan.{op}: device {x.device} is not supported; use a CUDA tensor "
                          "(CPU tensors are computed by the PyTorch reference expression)")
-    refuse_grad(op, "x", x)
     return x
-
-
-def refuse_grad(op: str, name: str, t: torch.Tensor) -> None:
-    """Forward only: a tensor that requires grad would silently lose its gradient."""
-    if t.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError(f"normscan.{op}: {name} requires grad, and normscan has no backward yet; call it "
-                           "under torch.no_grad() or on a tensor that does not require grad (normscan.reference "
-                           "has the differentiable PyTorch expression)")
 
 
 def wrap_dim(op: str, dim: object, ndim: int) -> int:
@@ -102,7 +94,6 @@ def _check_weight(op: str, name: str, weight: object, x: torch.Tensor, dim: int)
     if weight.device != x.device:
         raise ValueError(f"normscan.{op}: {name} is on {weight.device} but x is on {x.device}; "
                          f"move it with {name}.to('{x.device}')")
-    refuse_grad(op, name, weight)
     # One row: making a strided one contiguous costs length elements, not a pass.
     return weight.contiguous()
 
@@ -176,10 +167,18 @@ class OpSpec:
         dim = wrap_dim(self.name, dim, x.dim())
         args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
         if x.device.type == "cpu":
-            return reference.in_float32(self.reference)(x, dim, *args)
-        if torch.compiler.is_compiling():
-            return self.custom_op(x, dim, *args)
+            return self.on_cpu(x, dim, *args)
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
+            return self.custom_op(x, dim, *args)  # through the dispatcher, where its autograd is
         return self.launch(x, dim, *args)
+
+    def on_cpu(self, x: torch.Tensor, dim: int, *args) -> torch.Tensor:
+        """The reference expression, 16-bit inputs in float32 (differentiable as it stands)."""
+        return reference.in_float32(self.reference)(x, dim, *args)
+
+    @staticmethod
+    def _wants_grad(x: torch.Tensor, args) -> bool:
+        return x.requires_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
     def launch(self, x: torch.Tensor, dim: int, *args, out: torch.Tensor | None = None) -> torch.Tensor:
         """The kernel on validated arguments (dim wrapped); into ``out`` when given."""
@@ -187,6 +186,44 @@ class OpSpec:
         if y.numel():
             self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **dict(zip(self.params, args)))
         return y
+
+    def launch_checked(self, x, dim, *args) -> torch.Tensor:
+        """The custom op's CUDA implementation: spec.call's checks, then the kernel."""
+        check_input(self.name, x)
+        dim = wrap_dim(self.name, dim, x.dim())
+        return self.launch(x, dim, *[PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)])
+
+    def on_cpu_checked(self, x, dim, *args) -> torch.Tensor:
+        check_input(self.name, x)
+        dim = wrap_dim(self.name, dim, x.dim())
+        return self.on_cpu(x, dim, *[PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)])
+
+    # Backward: PyTorch's own gradient of the reference expression at the saved inputs
+    # (torch.func.vjp: its special cases too, such as cumprod's zeros), 16-bit inputs in
+    # float32. Saved: the inputs only; the backward recomputes the rest. Not yet a fused kernel.
+    def save_for_backward(self, ctx, inputs, output) -> None:
+        x, dim, *args = inputs
+        ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at))
+        ctx.dim = dim
+        ctx.args = [None if i in ctx.tensor_at else a for i, a in enumerate(args)]
+
+    def backward(self, ctx, grad: torch.Tensor):
+        x, *tensors = ctx.saved_tensors
+        args = list(ctx.args)
+        wanted = [0] + [2 + i for i in ctx.tensor_at]  # positions of the differentiable inputs
+        fn = reference.in_float32(self.reference)
+
+        def of(primal, *tensor_args):
+            for i, t in zip(ctx.tensor_at, tensor_args):
+                args[i] = t
+            return fn(primal, ctx.dim, *args)
+        _, vjp = torch.func.vjp(of, x, *tensors)
+        grads = vjp(grad)
+        out = [None] * (2 + len(args))
+        for position, g in zip(wanted, grads):
+            out[position] = g if ctx.needs_input_grad[position] else None
+        return tuple(out)
 
     @property
     def custom_op(self):
@@ -238,13 +275,15 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
 
 
 def _define_custom_op(spec: OpSpec) -> None:
-    """normscan::<name>, for torch.compile and CUDA graphs: the kernel on CUDA, the reference on
-    the CPU (both through spec.call, which validates), and a fake giving the output's layout."""
+    """normscan::<name>, for autograd, torch.compile and CUDA graphs: the kernel on CUDA, the
+    reference on the CPU (under autograd's dispatch, neither records a graph), a fake giving
+    the output's layout, and the backward."""
     qualname = f"normscan::{spec.name}"
     torch.library.define(qualname, spec.schema)
-    torch.library.impl(qualname, "cuda", spec.call)
-    torch.library.impl(qualname, "cpu", spec.call)
+    torch.library.impl(qualname, "cuda", spec.launch_checked)
+    torch.library.impl(qualname, "cpu", spec.on_cpu_checked)
     torch.library.register_fake(qualname, lambda x, *args: view.output_like(x))
+    torch.library.register_autograd(qualname, spec.backward, setup_context=spec.save_for_backward)
 
 
 def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature) -> Callable:

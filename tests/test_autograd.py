@@ -1,0 +1,147 @@
+"""Every op's backward (registry.py): PyTorch's own gradient of the reference, through the
+public functions, the custom ops, modules and torch.compile; on the CPU and on CUDA."""
+
+import pytest
+import torch
+
+import normscan
+from normscan import reference, testing
+from normscan.registry import REGISTRY
+
+CASES = [("l2_normalize", 1, {}), ("l2_normalize", 0, {}), ("l1_normalize", -1, {}), ("rms_norm", 1, {}),
+         ("rms_norm", -1, {"eps": 0.1}), ("cumprod", 1, {}), ("cumprod", 0, {"reverse": True}),
+         ("cumsum", 1, {"exclusive": True}), ("cumsum", -1, {"reverse": True, "exclusive": True})]
+
+
+def _call(path, name, x, dim, kwargs, weight):
+    spec = REGISTRY[name]
+    given = dict(kwargs, weight=weight)
+    if path == "custom op":
+        return spec.custom_op(x, dim, *spec.args(given))
+    return getattr(normscan, name)(x, dim, **{k: v for k, v in given.items() if k in spec.params})
+
+
+def _inputs(name, dim, device):
+    x = torch.randn(3, 5, 4, dtype=torch.float64, device=device, requires_grad=True)
+    if not REGISTRY[name].takes("weight"):
+        return (x,)
+    return x, torch.rand(x.shape[dim], dtype=torch.float64, device=device, requires_grad=True)
+
+
+@pytest.mark.parametrize("name,dim,kwargs", CASES)
+@pytest.mark.parametrize("path", ["public", "custom op"])
+def test_gradcheck_on_cpu(name, dim, kwargs, path):
+    """The public function on the CPU is the reference, natively differentiable; the custom op
+    runs the registered backward."""
+    fn = lambda x, *w: _call(path, name, x, dim, kwargs, w[0] if w else None)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, _inputs(name, dim, "cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,dim,kwargs", CASES)
+def test_gradcheck_on_cuda(name, dim, kwargs):
+    """The kernel forward, the registered backward."""
+    fn = lambda x, *w: _call("public", name, x, dim, kwargs, w[0] if w else None)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, _inputs(name, dim, "cuda"))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_special_values_get_pytorchs_gradient(device):
+    """A zero row of the normalisations; zeros in cumprod's input, one and then several."""
+    x = torch.randn(4, 6, dtype=torch.float64, device=device)
+    x[0] = 0
+    x[1, 2] = 0
+    x[2, 1] = x[2, 4] = 0
+    g = torch.randn(4, 6, dtype=torch.float64, device=device)
+    for name, spec in REGISTRY.items():
+        a = x.clone().requires_grad_()
+        b = x.clone().requires_grad_()
+        ours, = torch.autograd.grad(_call("custom op", name, a, 1, {}, None), a, g)
+        theirs, = torch.autograd.grad(spec.reference(b, 1, *spec.args({})), b, g)
+        assert torch.equal(ours.nan_to_num(1e300, 2e300, -2e300), theirs.nan_to_num(1e300, 2e300, -2e300)), name
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_weight_gets_its_gradient_eagerly_in_modules_and_compiled(device):
+    """A trained weight learns (normscan refused it until its backward existed)."""
+    x = torch.randn(4, 8, device=device)
+    w = torch.rand(8, device=device, requires_grad=True)
+    normscan.rms_norm(x, 1, weight=w).square().sum().backward()
+    expected, = torch.autograd.grad(reference.rms_norm(x, 1, 1e-5, w).square().sum(), w)
+    torch.testing.assert_close(w.grad, expected)
+    m = normscan.RMSNorm(8, elementwise_affine=True).to(device)
+    m(x).sum().backward()
+    assert m.weight.grad is not None and m.weight.grad.shape == (8,)
+    w.grad = None
+    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w).square().sum(), fullgraph=True)
+    compiled(x, w).backward()
+    torch.testing.assert_close(w.grad, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_low_precision_gradients_within_twice_pytorchs_error(name, dtype):
+    spec = REGISTRY[name]
+    x = testing.maker((64, 257), dtype, spec.values)("cuda")
+    g = torch.randn(64, 257, device="cuda", dtype=dtype)
+    w = (torch.rand(257, device="cuda") + 0.5).to(dtype) if spec.takes("weight") else None
+
+    def grads(fn, x, w):
+        inputs = [x.detach().requires_grad_()] + ([w.detach().requires_grad_()] if w is not None else [])
+        return torch.autograd.grad(fn(*inputs), inputs, g.to(inputs[0].dtype))
+
+    expression = lambda x, *w: spec.reference(x, -1, *spec.args({"weight": w[0] if w else None}))  # noqa: E731
+    exact = grads(expression, x.double(), None if w is None else w.double())
+    theirs = grads(expression, x, w)
+    ours = grads(lambda x, *w: _call("public", name, x, -1, {}, w[0] if w else None), x, w)
+    for o, t, e in zip(ours, theirs, exact):
+        error, mismatch = testing.rel_error(o, e)
+        bound = max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[dtype])
+        assert not mismatch and error <= bound, (name, dtype, error, bound, mismatch)
+
+
+@pytest.mark.gpu
+def test_a_small_model_trains_as_the_pytorch_one_does():
+    """embedding -> RMSNorm(affine) -> linear -> cumsum, a few SGD steps: the same losses."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Embedding(50, 32), normscan.RMSNorm(32, eps=1e-5, dim=-1, elementwise_affine=True),
+              torch.nn.Linear(32, 32)]
+    twins = [torch.nn.Embedding(50, 32), torch.nn.RMSNorm(32, eps=1e-5), torch.nn.Linear(32, 32)]
+    for ours, theirs in zip(layers, twins):
+        theirs.load_state_dict(ours.state_dict())
+    tokens = torch.randint(0, 50, (8, 16), device="cuda")
+    target = torch.randn(8, 16, 32, device="cuda")
+    runs = []
+    for modules, scan in ((layers, lambda y: normscan.cumsum(y, 1)), (twins, lambda y: torch.cumsum(y, 1))):
+        modules = [m.cuda() for m in modules]
+        opt = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=0.05)
+        losses = []
+        for _ in range(5):
+            opt.zero_grad()
+            y = tokens
+            for m in modules:
+                y = m(y)
+            loss = torch.nn.functional.mse_loss(scan(y) / 16, target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        runs.append(losses)
+    torch.testing.assert_close(runs[0], runs[1], rtol=1e-5, atol=1e-6)
+    assert runs[0][-1] < runs[0][0]
+
+
+@pytest.mark.gpu
+def test_compiled_model_backward_has_no_graph_break():
+    x = torch.randn(16, 64, device="cuda", requires_grad=True)
+    w = torch.rand(64, device="cuda", requires_grad=True)
+
+    def f(x, w):
+        return normscan.cumprod(normscan.l1_normalize(normscan.rms_norm(x, -1, 1e-5, w), 1), 1).sum() + \
+            normscan.cumsum(normscan.l2_normalize(x, 0), 0, reverse=True).sum()
+
+    compiled = torch.compile(f, fullgraph=True)
+    gx, gw = torch.autograd.grad(compiled(x, w), (x, w))
+    ex, ew = torch.autograd.grad(f(x, w), (x, w))
+    torch.testing.assert_close(gx, ex)
+    torch.testing.assert_close(gw, ew)
