@@ -133,15 +133,20 @@ def test_a_small_model_trains_as_the_pytorch_one_does():
 
 @pytest.mark.gpu
 def test_compiled_model_backward_has_no_graph_break():
+    """fullgraph=True fails on any graph break; the gradients, compiled and eager, are each
+    within fp32's bound of the float64 gradient of the reference expressions."""
     x = torch.randn(16, 64, device="cuda", requires_grad=True)
     w = torch.rand(64, device="cuda", requires_grad=True)
 
-    def f(x, w):
-        return normscan.cumprod(normscan.l1_normalize(normscan.rms_norm(x, -1, 1e-5, w), 1), 1).sum() + \
-            normscan.cumsum(normscan.l2_normalize(x, 0), 0, reverse=True).sum()
+    def f(x, w, ops=normscan):
+        return ops.cumprod(ops.l1_normalize(ops.rms_norm(x, -1, 1e-5, w), 1), 1).sum() + \
+            ops.cumsum(ops.l2_normalize(x, 0), 0, reverse=True).sum()
 
-    compiled = torch.compile(f, fullgraph=True)
-    gx, gw = torch.autograd.grad(compiled(x, w), (x, w))
-    ex, ew = torch.autograd.grad(f(x, w), (x, w))
-    torch.testing.assert_close(gx, ex)
-    torch.testing.assert_close(gw, ew)
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(x, w), (x, w))
+    eager = torch.autograd.grad(f(x, w), (x, w))
+    wide = [t.detach().double().requires_grad_() for t in (x, w)]
+    exact = torch.autograd.grad(f(*wide, ops=reference), wide)
+    for got in (compiled, eager):
+        for g, e in zip(got, exact):
+            error, mismatch = testing.rel_error(g, e)
+            assert not mismatch and error <= testing.NORM_BOUNDS[torch.float32], error
