@@ -143,15 +143,16 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _name(family: str, capability: tuple[int, int]) -> str:
-    return f"normscan_{family}_{build_key(family_source(family), capability)}"
+def _name(family: str, source: str, capability: tuple[int, int]) -> str:
+    """The extension's name and cache folder: the family and the key of what builds it."""
+    return f"normscan_{family}_{build_key(source, capability)}"
 
 
 def is_built(family: str) -> bool:
     """Whether this family's extension for this device, sources and toolchain is in the cache."""
     if not torch.cuda.is_available():
         return False
-    return (cache_dir() / _name(family, arch()) / "COMPLETE").exists()
+    return (cache_dir() / _name(family, family_source(family), arch()) / "COMPLETE").exists()
 
 
 def _compile(name: str, family: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
@@ -198,7 +199,7 @@ def load(family: str) -> ModuleType:
                 "use the PyTorch expressions in normscan.reference, or move the tensors to the CPU, where normscan "
                 "computes them.")
         source = family_source(family)
-        name = f"normscan_{family}_{build_key(source, capability)}"
+        name = _name(family, source, capability)
         root = cache_dir()
         final = root / name
         if not (final / "COMPLETE").exists():

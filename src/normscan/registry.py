@@ -161,11 +161,15 @@ class OpSpec:
     problems: tuple                # problems.Problem, the KernelBench problems it solves
     doc: str
 
-    def call(self, x, dim, *args) -> torch.Tensor:
-        """The public function's body: validate, then compute where x lives."""
+    def checked(self, x, dim, args) -> tuple[int, list]:
+        """The arguments validated: dim wrapped, the rest as the kernels take them."""
         check_input(self.name, x)
         dim = wrap_dim(self.name, dim, x.dim())
-        args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
+        return dim, [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
+
+    def call(self, x, dim, *args) -> torch.Tensor:
+        """The public function's body: validate, then compute where x lives."""
+        dim, args = self.checked(x, dim, args)
         if x.device.type == "cpu":
             return self.on_cpu(x, dim, *args)
         if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
@@ -188,15 +192,14 @@ class OpSpec:
         return y
 
     def launch_checked(self, x, dim, *args) -> torch.Tensor:
-        """The custom op's CUDA implementation: spec.call's checks, then the kernel."""
-        check_input(self.name, x)
-        dim = wrap_dim(self.name, dim, x.dim())
-        return self.launch(x, dim, *[PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)])
+        """The custom op's CUDA implementation: the checks, then the kernel."""
+        dim, args = self.checked(x, dim, args)
+        return self.launch(x, dim, *args)
 
     def on_cpu_checked(self, x, dim, *args) -> torch.Tensor:
-        check_input(self.name, x)
-        dim = wrap_dim(self.name, dim, x.dim())
-        return self.on_cpu(x, dim, *[PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)])
+        """The custom op's CPU implementation: the checks, then the reference."""
+        dim, args = self.checked(x, dim, args)
+        return self.on_cpu(x, dim, *args)
 
     # Backward: PyTorch's own gradient of the reference expression at the saved inputs
     # (torch.func.vjp: its special cases too, such as cumprod's zeros), 16-bit inputs in

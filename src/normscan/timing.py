@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from . import testing
+from .registry import REGISTRY
 
 FLUSH_BYTES = 256 << 20
 # Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
@@ -122,7 +123,7 @@ def weight(entry: Entry, device: str) -> torch.Tensor | None:
 
 def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
-    spec = testing.REGISTRY[entry.op]
+    spec = REGISTRY[entry.op]
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, spec.values), entry.dim,
                         dict(entry.kwargs), with_weight=entry.weight)
     if math.prod(entry.shape) > 1 << 26:
