@@ -44,10 +44,13 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     for pattern in FORBIDDEN:
         assert not re.search(pattern, code), (pattern, re.search(pattern, code))
     assert "__global__" in code and "load_inline" in code and re.search(r"\bthreadIdx\.", code)
-    # float32 kernels of this op only, without the fp16 header
+    # float32 forward kernels of this op only, without the fp16 header
     spec = PROBLEMS[name].spec
-    assert (f'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n#define {spec.family.ops_macro}(X) '
-            f'X({spec.op_id}, {spec.functor})\n') in source and "cuda_fp16.h" not in source
+    assert (f'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n#define NORMSCAN_FORWARD_ONLY\n'
+            f'#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n') in source
+    cuda = source.split('CUDA_SOURCE = r"""')[1].split('"""')[0]
+    assert "cuda_fp16.h" not in cuda
+    assert "__global__" in cuda and not re.search(r"__global__[^;{]*backward", cuda)
     assert not re.findall(r"^\s*(?:import|from)\s+normscan", source, re.M)
     assert "class ModelNew(nn.Module)" in source
     namespace = {"torch": torch}

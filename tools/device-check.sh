@@ -2,11 +2,12 @@
 # On a GPU machine, from a checkout: build, GPU tests, the main job, the sweeps, and probes.
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
-# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|tune|ncu|sanitize|kernels|verify]...
+# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|kernels|verify]...
 #   (default steps: tests bench)
 #   tests: every test but the >2**31-element cases and the nvcc compile checks (CI runs
 #   those); cases: the float64 cases alone; huge:
-#   the >2**31-element cases (~40 GB of device memory); tune: tools/tune.py over the
+#   the >2**31-element cases (~40 GB of device memory); training: `bench --training` (backward
+#   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
 #   built in the background while the earlier steps run; ncu: DRAM bytes of the long-row
 #   and channel kernels (ncu's own counters), and where the channel kernel's warps stall;
@@ -43,6 +44,8 @@ for step in $steps; do
              --out "$dir/sweep_norm" 2>&1 | tee "$dir/sweep_norm.log" | tail -32 || status=1
            python3 -m normscan bench --sweep --repeat 10 --ops cumprod cumsum --out "$dir/sweep_scan" 2>&1 \
              | tee "$dir/sweep_scan.log" | tail -12 || status=1 ;;
+    training) python3 -m normscan bench --training --repeat 10 --rounds 2 --out "$dir/training" 2>&1 \
+                | tee "$dir/training.log" | tail -45 || status=1 ;;
     cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs tests/test_kernels.py \
              tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
     tune) wait; python3 tools/tune.py "${variants[@]}" 2>&1 | tee "$dir/tune.log" | tail -60 || status=1 ;;

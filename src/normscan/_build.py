@@ -81,6 +81,12 @@ def family_source(family: str) -> str:
     return expand_source(f"{family}/binding.cu")
 
 
+def family_entries(family: str) -> list[str]:
+    """The functions a family's extension binds: those csrc/entries.h declares named after it
+    (``reduce_scale``, ``reduce_scale_backward``)."""
+    return re.findall(rf"\b({family}(?:_\w+)?)\(", (CSRC / ENTRIES).read_text())
+
+
 def entries_source() -> str:
     """What load_inline's main.cpp declares: the families' entries, with the pybind headers."""
     return "#include <torch/extension.h>\n" + expand_source(ENTRIES)
@@ -165,7 +171,7 @@ def _compile(name: str, family: str, source: str, capability: tuple[int, int], f
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"  # this device only
     try:
         return cpp_extension.load_inline(
-            name=name, cpp_sources=[entries_source()], cuda_sources=[source], functions=[family],
+            name=name, cpp_sources=[entries_source()], cuda_sources=[source], functions=family_entries(family),
             extra_cuda_cflags=cuda_flags(), build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
         raise BuildError(f"normscan: compiling the {family} kernels for sm_{capability[0]}{capability[1]} "

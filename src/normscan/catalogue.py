@@ -21,22 +21,60 @@ WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
 CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512)]
 # Scans: many rows, a strided dim, one long row, and small ones (fp32).
 SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((4096, 4096), 1), ((64, 1024), 1)]
-# Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry.
-PEERS = {"rms_norm": {"F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)}}
+# Training: the last-dim LLM shapes, forward+backward and backward alone (bf16 and fp32);
+# the scans along both dims of a 1 GB fp32 tensor (the float64 gradient check of the
+# forward's 4 GB ones would not fit beside it).
+TRAINING_ROW_SHAPES = [(65536, 1024), (32768, 4096), (8192, 8192), (4096, 16384), (1024, 65536)]
+TRAINING_SCAN_SHAPES = [((8192, 32768), 1), ((8192, 32768), 0)]
+# Full-tensor reads and writes the fewest a backward needs: a norm's reads x and the
+# gradient and writes dx; cumsum's reads the gradient and writes dx; cumprod's reads x and
+# the gradient, and writes dx (the forward's output is recomputed, not read).
+BACKWARD_TENSORS = {"reduce_scale": 3, "SumOp": 2, "ProdOp": 3}
+
+
+def _liger_rms_norm():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    return lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-5)
+
+
+def _quack_rms_norm():
+    from quack.rmsnorm import rmsnorm
+    return lambda x, w: rmsnorm(x, w, eps=1e-5)
+
+
+def peers() -> dict[str, dict]:
+    """Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry. Liger-
+    Kernel and QuACK where they are installed (optional: MISSING_PEERS names those that are not)."""
+    out = {"rms_norm": {"F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)}}
+    MISSING_PEERS.clear()
+    for name, make in (("liger", _liger_rms_norm), ("quack", _quack_rms_norm)):
+        try:
+            out["rms_norm"][name] = make()
+        except ImportError as err:
+            MISSING_PEERS[name] = str(err)
+    return out
+
+
+MISSING_PEERS: dict[str, str] = {}
 # The CPU run's budget: elements per input.
 CPU_ELEMENTS = 1 << 18
 
 
 def _entry(label: str, spec: OpSpec, shape, dtype, dim: int, kwargs: dict | None = None, weight: bool = False,
-           peers: bool = False) -> Entry:
+           with_peers: bool = False, mode: str = "forward") -> Entry:
     kwargs = dict(kwargs or {})
 
     def eager(x, w):
         return spec.reference(x, dim, *spec.args(dict(kwargs, weight=w)))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
-    if peers:
-        baselines.update(PEERS.get(spec.name, {}))
-    return Entry(label, spec.name, tuple(shape), dtype, dim, kwargs, weight, baselines)
+    if with_peers:
+        baselines.update(peers().get(spec.name, {}))
+    tensors = 2
+    if mode != "forward":
+        backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
+        tensors = backward + (2 if mode == "forward+backward" else 0)
+    return Entry(f"{label} {mode}" if mode != "forward" else label, spec.name, tuple(shape), dtype, dim, kwargs,
+                 weight, baselines, mode, tensors)
 
 
 def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
@@ -63,7 +101,7 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             if spec.takes("weight"):
                 for shape in WEIGHTED_ROW_SHAPES:
                     out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, -1, weight=True,
-                                      peers=True))
+                                      with_peers=True))
             else:
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
@@ -76,6 +114,31 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             if spec.family.name == "scan":
                 for shape, dim in SCAN_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} dim={dim} {dt}", spec, shape, dtype, dim))
+    return out
+
+
+def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
+                     modes: list[str] = ("backward", "forward+backward")) -> list[Entry]:
+    """Backward alone, then forward and backward, at the LLM shapes (rms_norm with its weight,
+    beside the peers) in every dtype asked, and the scans in float32 when asked."""
+    out: list[Entry] = []
+    specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
+    for mode in modes:
+        for dtype in dtypes:
+            dt = str(dtype).replace("torch.", "")
+            for spec in specs:
+                if spec.family.name != "reduce_scale":
+                    continue
+                shapes = TRAINING_ROW_SHAPES if spec.takes("weight") else TRAINING_ROW_SHAPES[1:2]
+                for shape in shapes:
+                    out.append(_entry(f"{spec.name} {'last-dim+w ' if spec.takes('weight') else ''}{shape} {dt}", spec,
+                                      shape, dtype, -1, weight=spec.takes("weight"), with_peers=True, mode=mode))
+        for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
+            dt = str(dtype).replace("torch.", "")
+            for spec in specs:
+                if spec.family.name == "scan":
+                    for shape, dim in TRAINING_SCAN_SHAPES:
+                        out.append(_entry(f"{spec.name} {shape} dim={dim} {dt}", spec, shape, dtype, dim, mode=mode))
     return out
 
 
@@ -100,5 +163,5 @@ def on_cpu(entries: list[Entry]) -> list[Entry]:
     for e in entries:
         shape = reduced_shape(e.shape, e.dim)
         label = e.label if shape == e.shape else f"{e.label} at {shape}"
-        out.append(Entry(label, e.op, shape, e.dtype, e.dim, e.kwargs, e.weight, e.baselines))
+        out.append(Entry(label, e.op, shape, e.dtype, e.dim, e.kwargs, e.weight, e.baselines, e.mode, e.tensors))
     return out

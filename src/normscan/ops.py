@@ -7,8 +7,9 @@ bfloat16 (accumulated in fp32) and float64; any rank, dim (negative too) and str
 inputs are read where they lie; only a layout whose other dims fold into more than two runs
 of constant stride is copied first. The output has x's layout when x is dense, else it is
 contiguous. CPU tensors are computed by the reference expression (16-bit ones in float32).
-Every op is differentiable in x (and rms_norm in its weight), with PyTorch's own gradient of
-the reference expression (registry.py says how; not yet a fused kernel).
+Every op is differentiable in x (and rms_norm in its weight), with PyTorch's semantics: a
+fused backward kernel for the norms over rows (the reduced dim contiguous) and for cumsum,
+PyTorch's own gradient of the reference expression elsewhere (backward.py says where).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from . import _build, reference, view
+from . import _build, backward, reference, view
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 DTYPE_NAMES = "float32, float16, bfloat16, float64"
@@ -125,10 +125,12 @@ def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, e
 @dataclass(frozen=True)
 class Family:
     """A kernel family: csrc/<name>/, built into its own extension; `launch` calls its entry
-    (csrc/entries.h) with the op's arguments by name."""
+    (csrc/entries.h) with the op's arguments by name; `backward` is its fused gradient
+    (backward.py), None where it has no kernel for the layout."""
     name: str
     launch: Callable[..., None]
     ops_macro: str  # the X-macro listing its functors by id in csrc/<name>/ops.cuh
+    backward: Callable[..., list | None]
 
     def functor_ids(self) -> dict[str, int]:
         """Functor -> op id, as csrc/<name>/ops.cuh lists them."""
@@ -142,8 +144,9 @@ def _functor_ids(family: str, macro: str) -> dict[str, int]:
     return {functor: int(i) for i, functor in re.findall(r"X\((\d+),\s*(\w+)\)", line)}
 
 
-FAMILIES = {f.name: f for f in [Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS"),
-                                Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS")]}
+FAMILIES = {f.name: f for f in [
+    Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS", backward.reduce_scale),
+    Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS", backward.scan)]}
 
 
 # ---------------------------------------------------------------- ops
@@ -201,9 +204,10 @@ class OpSpec:
         dim, args = self.checked(x, dim, args)
         return self.on_cpu(x, dim, *args)
 
-    # Backward: PyTorch's own gradient of the reference expression at the saved inputs
-    # (torch.func.vjp: its special cases too, such as cumprod's zeros), 16-bit inputs in
-    # float32. Saved: the inputs only; the backward recomputes the rest. Not yet a fused kernel.
+    # Backward (backward.py): the inputs are saved, nothing more (the kernels recompute each
+    # row's statistics). Through the backward custom op, the family's fused kernel where it
+    # has one for the layout; a backward that must itself be differentiable (create_graph)
+    # takes PyTorch's gradient of the reference.
     def save_for_backward(self, ctx, inputs, output) -> None:
         x, dim, *args = inputs
         ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
@@ -214,19 +218,38 @@ class OpSpec:
     def backward(self, ctx, grad: torch.Tensor):
         x, *tensors = ctx.saved_tensors
         args = list(ctx.args)
-        wanted = [0] + [2 + i for i in ctx.tensor_at]  # positions of the differentiable inputs
-        fn = reference.in_float32(self.reference)
-
-        def of(primal, *tensor_args):
-            for i, t in zip(ctx.tensor_at, tensor_args):
-                args[i] = t
-            return fn(primal, ctx.dim, *args)
-        _, vjp = torch.func.vjp(of, x, *tensors)
-        grads = vjp(grad)
+        for i, t in zip(ctx.tensor_at, tensors):
+            args[i] = t
+        param_grads = any(ctx.needs_input_grad[2 + i] for i in ctx.tensor_at)
+        if torch.is_grad_enabled():
+            grads = backward.composite(self, grad, x, ctx.dim, args, param_grads)
+        else:
+            grads = self.backward_op(grad, x, ctx.dim, *args, param_grads)
         out = [None] * (2 + len(args))
-        for position, g in zip(wanted, grads):
-            out[position] = g if ctx.needs_input_grad[position] else None
+        out[0] = grads[0] if ctx.needs_input_grad[0] else None
+        for i, g in zip(ctx.tensor_at if param_grads else [], grads[1:]):
+            out[2 + i] = g if ctx.needs_input_grad[2 + i] else None
         return tuple(out)
+
+    def gradients(self, grad, x, dim, *args) -> list:
+        """The backward custom op's implementation: [dx, then the tensor arguments' gradients
+        when the last argument (param_grads) is true]."""
+        *args, param_grads = args
+        if x.is_cuda:
+            fused = self.family.backward(self, grad, x, dim, args, param_grads)
+            if fused is not None:
+                return fused
+        return backward.composite(self, grad, x, dim, args, param_grads)
+
+    def gradients_like(self, grad, x, dim, *args) -> list:
+        """The backward custom op's fake: the gradients' shapes and layouts."""
+        *args, param_grads = args
+        params = [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor)] if param_grads else []
+        return [view.output_like(x), *params]
+
+    @property
+    def backward_op(self):
+        return getattr(torch.ops.normscan, f"{self.name}_backward").default
 
     @property
     def custom_op(self):
@@ -234,7 +257,15 @@ class OpSpec:
 
     @property
     def schema(self) -> str:
-        return "(" + ", ".join(["Tensor x", "int dim"] + [f"{PARAMS[n].schema} {n}" for n in self.params]) + ") -> Tensor"
+        return "(" + ", ".join(["Tensor x", "int dim"] + self._param_schema()) + ") -> Tensor"
+
+    @property
+    def backward_schema(self) -> str:
+        return "(" + ", ".join(["Tensor grad", "Tensor x", "int dim"] + self._param_schema() + ["bool param_grads"]) + \
+            ") -> Tensor[]"
+
+    def _param_schema(self) -> list[str]:
+        return [f"{PARAMS[n].schema} {n}" for n in self.params]
 
     def takes(self, param: str) -> bool:
         return param in self.params
@@ -287,6 +318,10 @@ def _define_custom_op(spec: OpSpec) -> None:
     torch.library.impl(qualname, "cpu", spec.on_cpu_checked)
     torch.library.register_fake(qualname, lambda x, *args: view.output_like(x))
     torch.library.register_autograd(qualname, spec.backward, setup_context=spec.save_for_backward)
+    # Its gradients, as one op: torch.compile traces the backward through it.
+    torch.library.define(f"{qualname}_backward", spec.backward_schema)
+    torch.library.impl(f"{qualname}_backward", ("cuda", "cpu"), spec.gradients)
+    torch.library.register_fake(f"{qualname}_backward", spec.gradients_like)
 
 
 def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature) -> Callable:

@@ -7,7 +7,12 @@ tensors (and nothing dirty to write back), and it keeps the GPU busy while the h
 prepares the call, so the events measure device time, not the host's launch cost
 (tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
 twice the L2 cache. On the CPU, times are medians of wall-clock timings after warm-up.
-Bandwidth counts the fewest bytes any implementation must move: x read once, y written once.
+Bandwidth counts the fewest bytes any implementation must move: x read once, y written once
+(an entry's `tensors`: a norm's backward reads x and the gradient and writes dx, three).
+
+Training entries time each implementation's backward alone (``torch.autograd.grad`` on a
+graph made before the timed calls, kept with ``retain_graph``), or its forward and backward
+together.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from . import testing
+from . import reference, testing
 from .registry import REGISTRY
 
 FLUSH_BYTES = 256 << 20
@@ -43,10 +48,15 @@ class Entry:
     kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for weight
     weight: bool = False
     baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, weight)
+    mode: str = "forward"    # or "backward", "forward+backward" (MODES)
+    tensors: int = 2         # full-tensor reads and writes the fewest an implementation needs
 
     @property
     def bytes_moved(self) -> int:
-        return 2 * math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+        return self.tensors * math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+MODES = ("forward", "backward", "forward+backward")
 
 
 @dataclass
@@ -121,6 +131,46 @@ def weight(entry: Entry, device: str) -> torch.Tensor | None:
     return (torch.rand(entry.shape[entry.dim], device=device) + 0.5).to(entry.dtype)
 
 
+def _grad_inputs(x: torch.Tensor, w) -> list[torch.Tensor]:
+    return [x] + ([w] if w is not None else [])
+
+
+def training(fn: Callable, mode: str, xs: list[torch.Tensor], w, grad: torch.Tensor) -> Callable:
+    """fn(x, w) as a training entry times it: forward and backward, or the backward alone of
+    a graph made now for each x (xs and w require grad)."""
+    if mode == "forward+backward":
+        return lambda x, w: torch.autograd.grad(fn(x, w), _grad_inputs(x, w), grad)
+    graphs = {id(x): fn(x, w) for x in xs}
+    return lambda x, w: torch.autograd.grad(graphs[id(x)], _grad_inputs(x, w), grad, retain_graph=True)
+
+
+def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, float, bool]:
+    """Ours' gradients (dx, and dw with a weight) against float64 autograd of the reference on
+    fresh inputs, within twice PyTorch's own error in the entry's dtype: the worst
+    (error, bound, ok)."""
+    spec = REGISTRY[entry.op]
+    x = testing.maker(entry.shape, entry.dtype, spec.values)(device)
+    w = weight(entry, device)
+    g = torch.randn(entry.shape, device=device, dtype=entry.dtype)
+
+    def grads(f, dtype):
+        inputs = [t.detach().to(dtype).requires_grad_() for t in _grad_inputs(x, w)]
+        return torch.autograd.grad(f(*inputs) if len(inputs) > 1 else f(inputs[0], None), inputs, g.to(dtype))
+
+    def expression(x, w):
+        return spec.reference(x, entry.dim, *spec.args(dict(entry.kwargs, weight=w)))
+    exact = grads(expression, torch.float64)
+    theirs = grads(reference.in_float32(expression), entry.dtype)
+    mine = grads(fn, entry.dtype)
+    results = []
+    for o, t, e in zip(mine, theirs, exact):
+        error, mismatch = testing.rel_error(o, e)
+        bound = max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[entry.dtype])
+        results.append((error, bound, not mismatch and error <= bound))
+    error, bound, _ = max(results, key=lambda r: r[0] / r[1])
+    return error, bound, all(r[2] for r in results)
+
+
 def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
     spec = REGISTRY[entry.op]
@@ -143,7 +193,10 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
     implementation, so no implementation is always the first on fresh memory."""
     rows = []
     for entry in progress(entries):
-        error, bound, ok = check_entry(entry, device)
+        if entry.mode == "forward":
+            error, bound, ok = check_entry(entry, device)
+        else:
+            error, bound, ok = check_gradients(entry, ours(entry), device)
         if device == "cuda":
             torch.cuda.empty_cache()
         fns = {"normscan": ours(entry)}
@@ -158,14 +211,20 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
         for r in range(rounds + 1):
             xs = inputs(entry, device)
             w = weight(entry, device)
+            timed = fns
+            if entry.mode != "forward":
+                xs = [x.requires_grad_() for x in xs]
+                w = w.requires_grad_() if w is not None else None
+                grad = torch.randn(entry.shape, device=device, dtype=entry.dtype)
+                timed = {name: training(fn, entry.mode, xs, w, grad) for name, fn in fns.items()}
             first = r % len(names)
             for name in names[first:] + names[:first]:
-                t = time_ms(fns[name], xs, w, repeat)
+                t = time_ms(timed[name], xs, w, repeat)
                 if r == 0:
                     warmup[name] = t
                 else:
                     per_round[name].append(t)
-            del xs
+            del xs, timed
             if device == "cuda":
                 torch.cuda.empty_cache()
         ms = {name: statistics.median(times) for name, times in per_round.items()}

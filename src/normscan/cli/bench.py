@@ -101,6 +101,11 @@ def write_outputs(rows: list[timing.Row], copy_gbs: float, out: Path, sweep: boo
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", action="store_true", help="every op's shape sweep, instead of the KernelBench problems")
+    p.add_argument("--training", action="store_true",
+                   help="backward alone and forward+backward at the LLM and scan shapes, instead of the KernelBench "
+                        "problems")
+    p.add_argument("--modes", nargs="+", choices=timing.MODES[1:], default=list(timing.MODES[1:]),
+                   help="with --training, which to time (default both)")
     p.add_argument("--ops", nargs="+", choices=list(REGISTRY), default=None, metavar="OP",
                    help=f"only these ops ({', '.join(REGISTRY)})")
     p.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
@@ -116,6 +121,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def entries(args: argparse.Namespace) -> list[timing.Entry]:
+    if args.training:
+        return catalogue.training_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])],
+                                          args.modes)
     if args.sweep:
         return catalogue.sweep_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])])
     return catalogue.kernelbench_entries(args.ops)
@@ -142,12 +150,14 @@ def main(args: argparse.Namespace) -> int:
         copy_gbs = timing.copy_bandwidth(args.repeat, device)
         rows = timing.run_entries(chosen, ours, args.repeat, args.rounds, device,
                                   progress=lambda items: progress(items, "bench"))
-    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep, args.repeat, args.rounds, log.state)
+    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep or args.training, args.repeat, args.rounds, log.state)
     print(f"device {record['device']}, torch {torch.__version__}, commit {record['commit']}, "
           f"copy {copy_gbs:.0f} GB/s (read+write)")
     if device == "cuda":
         print(describe(log.state))
     print_table(HEADERS, table_rows(rows, copy_gbs))
+    for name, why in catalogue.MISSING_PEERS.items():
+        print(f"peer {name} not installed, not timed ({why})")
     print(f"wrote {args.out / 'bench.json'}" + (f" and {args.out / 'bench.png'}" if plotted else
                                                    " (no plot: matplotlib is not installed)"))
     return 0 if all(r.correct for r in rows) else 1

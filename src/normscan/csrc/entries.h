@@ -7,9 +7,18 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <tuple>
 
 // y = x * scale(reduce(x)) [* weight] along the view's length.
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight, int64_t op,
                   at::IntArrayRef view, double eps);
+// The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
+// the weight's as per-row-group partial sums (the first result's rows, summed in order, are
+// dw; into dw_part when given, which must have their shape). g's rows are contiguous,
+// g_row_stride apart. First result false (nothing written): no fused kernel serves the view.
+std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx,
+                                                   const std::optional<at::Tensor>& weight, bool weight_grad,
+                                                   const std::optional<at::Tensor>& dw_part, int64_t op,
+                                                   at::IntArrayRef view, int64_t g_row_stride, double eps);
 // y = the scan of x along the view's length.
 void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive);

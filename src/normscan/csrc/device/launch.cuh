@@ -50,58 +50,90 @@ inline cudaError_t resident_blocks(Kernel kernel, int threads, size_t smem, int6
 //            next unit while working on this one.
 enum class Grid { PerUnit, Persistent };
 
-// Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
-// memory (fixed per kernel) over `units` units of `cluster` blocks. Residency is measured
-// once per kernel, device and cluster size.
-template <auto kernel, typename... Args>
-inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
-                                const Args&... args) {
-  constexpr int kMaxDevices = 64;
-  constexpr int kMaxCluster = 8;
-  // Resident clusters per device and cluster size; 0 = not measured yet.
-  static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  if (dev >= kMaxDevices || cluster < 1 || cluster > kMaxCluster) return cudaErrorInvalidValue;
-  const int nthreads = static_cast<int>(threads.x * threads.y * threads.z);
-
+// A launch of `threads` threads a block, `smem` bytes of dynamic shared memory and
+// clusters of `cluster` blocks; attr is its storage for the cluster attribute.
+inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, cudaStream_t stream,
+                                        cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   if (cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
+  return cfg;
+}
+
+// Clusters of `cluster` blocks of `kernel` resident on the device at once, measured once per
+// kernel, device and cluster size.
+template <auto kernel>
+inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_t* out) {
+  constexpr int kMaxDevices = 64;
+  constexpr int kMaxCluster = 8;
+  static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};  // 0 = not measured yet
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev >= kMaxDevices || cluster < 1 || cluster > kMaxCluster) return cudaErrorInvalidValue;
   int64_t& fit = resident[dev][cluster];
   if (fit == 0) {
-    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in, once per device
+    // Above 48 KB, static and dynamic together, a kernel must opt in, once per device.
+    cudaFuncAttributes attrs;
+    err = cudaFuncGetAttributes(&attrs, kernel);
+    if (err != cudaSuccess) return err;
+    if (smem + attrs.sharedSizeBytes > 48 * 1024) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
     }
     int64_t n = 0;
     if (cluster == 1) {
-      err = resident_blocks(kernel, nthreads, smem, &n);
+      err = resident_blocks(kernel, static_cast<int>(threads.x * threads.y * threads.z), smem, &n);
     } else {
-      int c = 0;
+      cudaLaunchAttribute attr[1];
+      cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, nullptr, attr);
       cfg.gridDim = dim3(cluster, 1, 1);
+      int c = 0;
       err = cudaOccupancyMaxActiveClusters(&c, kernel, &cfg);
       n = c;
     }
     if (err != cudaSuccess) return err;
     fit = n > 0 ? n : 1;
   }
-  const int64_t grid_units = min64(units, grid == Grid::Persistent ? fit : 0x7fffffff / cluster);
-  cfg.gridDim = dim3(static_cast<unsigned>(grid_units * cluster), 1, 1);
-  err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  *out = fit;
+  return cudaSuccess;
+}
+
+// The clusters a grid of `units` units launches.
+template <auto kernel>
+inline cudaError_t grid_units(Grid grid, dim3 threads, int cluster, int64_t units, size_t smem, int64_t* out) {
+  int64_t fit = 0;
+  const cudaError_t err = resident_units<kernel>(threads, cluster, smem, &fit);
   if (err != cudaSuccess) return err;
-  return cudaGetLastError();
+  *out = min64(units, grid == Grid::Persistent ? fit : 0x7fffffff / cluster);
+  return cudaSuccess;
+}
+
+// Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
+// memory (fixed per kernel) over `units` units of `cluster` blocks.
+template <auto kernel, typename... Args>
+inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
+                                const Args&... args) {
+  int64_t launched = 0;
+  cudaError_t err = grid_units<kernel>(grid, threads, cluster, units, smem, &launched);
+  if (err != cudaSuccess) return err;
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, stream, attr);
+  cfg.gridDim = dim3(static_cast<unsigned>(launched * cluster), 1, 1);
+  err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  // A launch refused for its configuration also leaves the error for the next check to
+  // find: take it, so that only this call reports it.
+  const cudaError_t last = cudaGetLastError();
+  return err != cudaSuccess ? err : last;
 }
 
 }  // namespace normscan

@@ -15,13 +15,17 @@ template <typename T> struct ReduceScaleArgs {
 };
 
 // map: what is summed; scale: the factor every element of the row is multiplied by;
-// kWeighted: whether the op takes a weight.
+// kWeighted: whether the op takes a weight. For the backward (backward.cuh), with
+// c = scale(S) and S = sum(map(x)): dx = c * g * w + grad_coef(c, n) * D * dmap(x), where
+// D = sum(g * w * x) and grad_coef(c, n) * dmap(x) = dc/dS * map'(x).
 struct L2NormOp {
   static constexpr bool kWeighted = false;
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
     return A(1) / sqrt(s);
   }
+  template <typename A> static __device__ __forceinline__ A dmap(A v) { return v; }
+  template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t) { return -c * c * c; }
 };
 struct L1NormOp {
   static constexpr bool kWeighted = false;
@@ -29,6 +33,9 @@ struct L1NormOp {
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
     return A(1) / (s / A(n));
   }
+  // sign(v), 0 at 0 (PyTorch's gradient of |v| there), NaN at NaN.
+  template <typename A> static __device__ __forceinline__ A dmap(A v) { return v > A(0) ? A(1) : (v < A(0) ? A(-1) : v); }
+  template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t n) { return -c * c / A(n); }
 };
 struct RmsNormOp {
   static constexpr bool kWeighted = true;
@@ -36,6 +43,8 @@ struct RmsNormOp {
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
     return A(1) / sqrt(s / A(n) + A(eps));
   }
+  template <typename A> static __device__ __forceinline__ A dmap(A v) { return v; }
+  template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t n) { return -c * c * c / A(n); }
 };
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked

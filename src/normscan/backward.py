@@ -1,0 +1,86 @@
+"""The ops' gradients: a fused kernel where the op's family has one for the layout, else
+PyTorch's own gradient of the reference expression.
+
+Fused:
+- ``reduce_scale`` (l2_normalize, l1_normalize, rms_norm and its weight), over rows (the
+  reduced dim contiguous) that a block or a thread-block cluster holds on chip: x and the
+  gradient read once, dx written once; the weight's gradient from per-row-group partial
+  sums, added in a fixed order (the same input gives the same bits).
+- ``scan``: cumsum's gradient is the scan of the gradient the other way round
+  (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass.
+
+Elsewhere (cumprod, strided norms, rows longer than a cluster holds, and a backward that must
+itself be differentiable): ``torch.func.vjp`` of the reference at the saved inputs (16-bit
+in float32), which keeps PyTorch's special cases, such as cumprod's zeros.
+
+Each returns ``[dx]``, then the gradients of the op's tensor arguments (the weight) when
+``param_grads``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _build, reference, view
+
+
+def _tensor_args(args) -> list[int]:
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+
+def composite(spec, grad: torch.Tensor, x: torch.Tensor, dim: int, args: list, param_grads: bool) -> list:
+    """PyTorch's gradient of the reference expression (differentiable in turn), dx laid out
+    as the fused kernels lay it out (view.output_like)."""
+    args = list(args)
+    at = _tensor_args(args) if param_grads else []
+    fn = reference.in_float32(spec.reference)
+
+    def of(primal, *tensor_args):
+        for i, t in zip(at, tensor_args):
+            args[i] = t
+        return fn(primal, dim, *args)
+    _, vjp = torch.func.vjp(of, x, *(args[i] for i in at))
+    dx, *rest = vjp(grad)
+    if dx.stride() != view.output_like(x).stride():
+        dx = view.output_like(x).copy_(dx)
+    return [dx, *rest]
+
+
+def _like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """t laid out as `like` (a copy)."""
+    return torch.empty_like(like).copy_(t)
+
+
+def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None) -> list | None:
+    """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
+    `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
+    for the checks, which poison them."""
+    given = dict(zip(spec.params, args))
+    eps, weight = given.get("eps", 0.0), given.get("weight")
+    dx = view.output_like(x) if dx is None else dx
+    v = view.fold(x, dx, dim)
+    if v is None or not (v.inner == 1 and v.x_sl == 1 and v.y_sl == 1):
+        return None
+    vg = view.fold(grad, dx, dim)
+    if vg is None or not (vg.inner == 1 and vg.x_sl == 1 and (v.outer <= 1 or (vg.outer, vg.y_so) == (v.outer, v.y_so))):
+        grad = _like(grad, dx)  # a gradient laid out unlike x (rows are then its contiguous runs)
+        vg = view.fold(grad, dx, dim)
+    weight_grad = param_grads and weight is not None
+    ext = _build.load("reduce_scale")
+    done, part = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, vg.x_so, eps)
+    if not done:
+        return None
+    if not weight_grad:
+        return [dx]
+    return [dx, part.sum(0).to(weight.dtype)]
+
+
+def scan(spec, grad, x, dim, args, param_grads, *, dx=None) -> list | None:
+    """cumsum's gradient: the reverse scan of the gradient, into x's layout. None for cumprod."""
+    if spec.functor != "SumOp":
+        return None
+    reverse, exclusive = (dict(zip(spec.params, args))[n] for n in ("reverse", "exclusive"))
+    dx = view.output_like(x) if dx is None else dx
+    if view.fold(grad, dx, dim) is None:
+        grad = _like(grad, dx)
+    return [spec.launch(grad, dim, not reverse, exclusive, out=dx)]

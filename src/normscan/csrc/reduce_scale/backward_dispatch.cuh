@@ -1,0 +1,74 @@
+// Picks the reduce-scale backward kernel and configuration for a view, and launches it.
+// Host only. Kept apart from the forward's dispatch.cuh: exported KernelBench files have
+// no backward.
+#pragma once
+
+#include "../device/launch.cuh"
+#include "backward.cuh"
+#include "tuning.cuh"
+
+namespace normscan {
+
+// The configurations (not yet tuned by measurement): x and g held in registers, 4 vectors
+// of each a thread, as the forward's short rows hold x; rows longer than a block of 512
+// threads holds are spread over a cluster of up to 8 (kRowsMaxCluster).
+using BackwardRowsOneWarp = BackwardRowsConfig<256, 32, 4, 4>;
+using BackwardRowsFourWarps = BackwardRowsConfig<256, 128, 4, 4>;
+using BackwardRowsBlock = BackwardRowsConfig<512, 512, 4, 2>;
+using BackwardRowsCluster = BackwardRowsConfig<512, 512, 4, 2, true>;
+
+// One backward kernel with its cluster size, launched on a persistent grid: each row group
+// of it (a slot of dw_part) visits a fixed set of rows, whatever the timing.
+template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct BackwardRowsPlan {
+  static constexpr auto kernel = reduce_scale_backward_rows_kernel<T, Op, Cfg, V, WEIGHTED>;
+  static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED>();
+  int cluster;
+
+  int64_t units(const View& v) const { return Cfg::kCluster ? v.outer : ceil_div(v.outer, Cfg::kGroups); }
+  // Rows of dw_part the launch writes: one a cluster (a block, unclustered).
+  cudaError_t slots(const View& v, int64_t* out) const {
+    int64_t clusters = 0;
+    const cudaError_t err = grid_units<kernel>(Grid::Persistent, dim3(Cfg::kBlock), cluster, units(v), kSmem, &clusters);
+    *out = clusters;
+    return err;
+  }
+  cudaError_t launch(const ReduceScaleBackwardArgs<T>& a, cudaStream_t stream) const {
+    return launch_units<kernel>(Grid::Persistent, dim3(Cfg::kBlock), cluster, units(a.view), kSmem, stream, a);
+  }
+};
+
+// Calls f(plan) for the kernel that holds rows of nvec V-element vectors on a device of
+// compute capability `major`; false where none does.
+template <typename T, typename Op, int V, bool WEIGHTED, typename F>
+inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
+  if (nvec <= BackwardRowsOneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsOneWarp, V, WEIGHTED>{1}), true;
+  if (nvec <= BackwardRowsFourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsFourWarps, V, WEIGHTED>{1}), true;
+  if (nvec <= BackwardRowsBlock::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsBlock, V, WEIGHTED>{1}), true;
+  const int64_t max_cluster = major >= 9 ? kRowsMaxCluster : 1;
+  if (nvec > BackwardRowsCluster::kVecsPerBlock * max_cluster) return false;
+  const int cluster = static_cast<int>(ceil_div(nvec, BackwardRowsCluster::kVecsPerBlock));
+  return f(BackwardRowsPlan<T, Op, BackwardRowsCluster, V, WEIGHTED>{cluster}), true;
+}
+
+// Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
+// along the reduced dim) held on chip, in 16-byte vectors where every row of the three
+// (and the weight) starts aligned and holds whole vectors. False where no kernel serves them.
+template <typename T, typename Op, typename F>
+inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T>& a, int major, F&& f) {
+  constexpr int V = vec16<T>();
+  const View& v = a.view;
+  if (!v.rows()) return false;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = v.length % V == 0 && aligned(a.x) && aligned(a.g) && aligned(a.dx) && aligned(a.w) &&
+                   (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0));
+  if constexpr (Op::kWeighted) {
+    if (a.w != nullptr) {
+      return vec ? with_backward_rows_of<T, Op, V, true>(v.length / V, major, f)
+                 : with_backward_rows_of<T, Op, 1, true>(v.length, major, f);
+    }
+  }
+  return vec ? with_backward_rows_of<T, Op, V, false>(v.length / V, major, f)
+             : with_backward_rows_of<T, Op, 1, false>(v.length, major, f);
+}
+
+}  // namespace normscan

@@ -1,0 +1,167 @@
+"""The fused backward kernels (backward.py) against PyTorch's float64 gradient of the
+reference, into poisoned buffers; which layouts take them; the weight gradient's
+determinism; and the composite where the backward must be differentiable."""
+
+import pytest
+import torch
+
+import normscan
+from normscan import _build, backward, reference, testing, view
+from normscan.registry import REGISTRY
+
+pytestmark = pytest.mark.gpu
+
+NORMS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale"]
+# Lengths at each configuration's edges (fp32: 128 vectors a warp, 512 four, 2048 a block,
+# 16384 a cluster of 8), odd ones (scalar kernels), and past what a cluster holds.
+LENGTHS = [1, 3, 130, 512, 513, 2048, 2051, 8192, 8196, 65536, 65540]
+CLUSTER_VECS = 8 * 512 * 4  # vectors a cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
+
+
+def _given(spec, n, dtype):
+    given = {"eps": 1e-5, "weight": (torch.rand(n, device="cuda") + 0.5).to(dtype)}
+    return {k: v for k, v in given.items() if spec.takes(k)}
+
+
+def _grads(fn, x, g, given, dtype=None):
+    """Gradients of fn(x, *args) in x and the weight, evaluated in `dtype` (x's by default)."""
+    cast = (lambda t: t.to(dtype)) if dtype else (lambda t: t)
+    inputs = [cast(x).detach().requires_grad_()]
+    if "weight" in given:
+        inputs.append(cast(given["weight"]).detach().requires_grad_())
+    out = fn(inputs[0], {**given, "weight": inputs[1]} if len(inputs) > 1 else given)
+    return torch.autograd.grad(out, inputs, cast(g))
+
+
+def _expression(spec, dim):
+    fn = reference.in_float32(spec.reference)
+    return lambda x, given: fn(x, dim, *spec.args(given))
+
+
+def _fused_into_poison(spec, x, g, dim, given):
+    """The fused kernel's [dx, dw], written into NaN-filled dx and partial sums."""
+    weight = given.get("weight")
+    dx = torch.full_like(view.output_like(x), float("nan"))
+    part = None
+    if weight is not None:  # the partial sums' shape is the kernel's choice: ask it first
+        v = view.fold(x, dx, dim)
+        done, probe = _build.load("reduce_scale").reduce_scale_backward(
+            x, g, torch.empty_like(dx), weight, True, None, spec.op_id, v, view.fold(g, dx, dim).x_so, given["eps"])
+        assert done
+        part = torch.full_like(probe, float("nan"))
+    grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, dx=dx, dw_part=part)
+    assert grads is not None and grads[0] is dx
+    return grads
+
+
+def _check(spec, ours, x, g, dim, given, label):
+    exact = _grads(_expression(spec, dim), x, g, given, torch.float64)
+    theirs = _grads(_expression(spec, dim), x, g, given)
+    for o, t, e, what in zip(ours, theirs, exact, ("dx", "dw")):
+        error, mismatch = testing.rel_error(o, e)
+        # Lower precision: twice PyTorch's own error; float64 (whose exact reference is
+        # itself float64): the forward's float64 bound.
+        bound = testing.NORM_BOUNDS[torch.float64] if x.dtype == torch.float64 else \
+            max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[x.dtype])
+        assert not mismatch and error <= bound, (spec.name, x.dtype, label, what, error, bound, mismatch)
+
+
+@pytest.mark.parametrize("dtype", testing.DTYPES)
+@pytest.mark.parametrize("name", NORMS)
+def test_fused_norm_gradients_within_twice_pytorchs_error(name, dtype):
+    spec = REGISTRY[name]
+    v = 16 // torch.empty((), dtype=dtype).element_size()
+    for n in LENGTHS if spec.takes("eps") else LENGTHS[1:]:  # l2's and l1's one-element rows: the next test
+        rows = max(1, min(300, 2**21 // n))
+        x = torch.randn(rows, n, device="cuda", dtype=dtype)
+        g = torch.randn(rows, n, device="cuda", dtype=dtype)
+        given = _given(spec, n, dtype)
+        fused = backward.reduce_scale(spec, g, x, 1, spec.args(given), False) is not None
+        assert fused == ((n // v if n % v == 0 else n) <= CLUSTER_VECS), (name, dtype, n, fused)
+        if fused:
+            _check(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given, n)
+
+
+@pytest.mark.parametrize("dtype", testing.DTYPES)
+@pytest.mark.parametrize("name", [n for n in NORMS if not REGISTRY[n].takes("eps")])
+def test_one_element_rows_of_l2_and_l1_have_a_zero_gradient_to_rounding(name, dtype):
+    """y = x / |x| is sign(x): its gradient is 0, where float64 autograd gives rounding noise
+    (relative to it, any two roundings differ by 1e9). dx = c * g - c^3 * (g * x) * x, the
+    two terms c * g to first order: worst case c carries 2.5u (x * x, sqrt, divide), c^3
+    9.5u, the products 3u more, so |dx| <= 16u * |c * g|."""
+    spec = REGISTRY[name]
+    x = torch.randn(300, 1, device="cuda", dtype=dtype)
+    g = torch.randn(300, 1, device="cuda", dtype=dtype)
+    dx, = _fused_into_poison(spec, x, g, 1, {})
+    scale = (g.double() / x.double()).abs()
+    assert bool((dx.double().abs() <= 16 * testing.UNIT_ROUNDOFF[dtype] * scale).all()), (dx.abs().max(), scale.max())
+
+
+@pytest.mark.parametrize("name", NORMS)
+def test_fused_norm_gradients_of_strided_rows_and_gradients(name):
+    """Rows apart by more than their length; a transposed tensor's contiguous dim 0; and
+    gradients laid out otherwise: transposed, broadcast along rows, sliced."""
+    spec = REGISTRY[name]
+    n, rows = 1000, 37
+    padded = torch.randn(rows, n + 24, device="cuda")[:, 3:n + 3]  # unaligned rows: the scalar kernel
+    transposed = torch.randn(n, rows, device="cuda").t()            # dim 0 is contiguous
+    for x, dim in ((padded, 1), (transposed, 0)):
+        length = x.shape[dim]
+        given = _given(spec, length, x.dtype)
+        for g in (torch.randn_like(x), torch.randn(x.shape[::-1], device="cuda").t(),
+                  torch.randn(length, device="cuda").expand(x.shape) if dim == 1 else
+                  torch.randn(x.shape[1], device="cuda").expand(length, x.shape[1])):
+            _check(spec, _fused_into_poison(spec, x, g, dim, given), x, g, dim, given, (x.stride(), g.stride()))
+
+
+def test_strided_norms_and_cumprod_take_the_composite():
+    x = torch.randn(8, 64, 5, device="cuda")
+    g = torch.randn_like(x)
+    assert backward.reduce_scale(REGISTRY["rms_norm"], g, x, 1, [1e-5, None], False) is None
+    assert backward.scan(REGISTRY["cumprod"], g, x, 1, [False, False], False) is None
+
+
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_cumsum_gradient_is_the_reverse_scan(flags, dim):
+    spec = REGISTRY["cumsum"]
+    x = torch.randn(9, 3000, 6, device="cuda")
+    g = torch.randn(6, 3000, 9, device="cuda").permute(2, 1, 0)  # laid out unlike x
+    dx = torch.full_like(x, float("nan"))
+    ours = backward.scan(spec, g, x, dim, list(flags), False, dx=dx)
+    assert ours is not None and ours[0] is dx
+    wide = x.double().requires_grad_()
+    exact, = torch.autograd.grad(reference.cumsum(wide, dim, *flags), wide, g.double())
+    error, mismatch = testing.rel_error(dx, exact)
+    assert not mismatch and error <= x.shape[dim] * testing.UNIT_ROUNDOFF[torch.float32], (error, mismatch)
+
+
+def test_weight_gradient_is_deterministic():
+    x = torch.randn(4096, 1024, device="cuda")
+    w = torch.rand(1024, device="cuda", requires_grad=True)
+    g = torch.randn_like(x)
+    runs = []
+    for _ in range(3):
+        w.grad = None
+        normscan.rms_norm(x, -1, weight=w).backward(g)
+        runs.append(w.grad.clone())
+    assert all(torch.equal(runs[0], r) for r in runs[1:])
+
+
+def test_double_backward_takes_the_differentiable_composite():
+    x = torch.randn(4, 33, device="cuda", dtype=torch.float64, requires_grad=True)
+    w = torch.rand(33, device="cuda", dtype=torch.float64, requires_grad=True)
+    for fn in (lambda x, w: normscan.rms_norm(x, -1, weight=w), lambda x, w: normscan.l1_normalize(x, -1) * w,
+               lambda x, w: normscan.cumsum(x, 1, reverse=True) * w):
+        assert torch.autograd.gradgradcheck(fn, (x, w))
+
+
+def test_eager_backward_uses_the_fused_kernels(monkeypatch):
+    """The registered backward reaches the fused kernels (the composite would not be called)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the composite ran")
+    monkeypatch.setattr(backward, "composite", refuse)
+    x = torch.randn(64, 1024, device="cuda", requires_grad=True)
+    w = torch.rand(1024, device="cuda", requires_grad=True)
+    (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum()).backward()
+    assert x.grad is not None and w.grad is not None
