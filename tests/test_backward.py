@@ -54,32 +54,44 @@ def _fused_into_poison(spec, x, g, dim, given):
     return grads
 
 
-def _check(spec, ours, x, g, dim, given, label):
+def _draw(spec, ours, x, g, dim, given):
+    """(ours, PyTorch's in x's dtype, exact in float64): the gradients, dx then dw."""
     exact = _grads(_expression(spec, dim), x, g, given, torch.float64)
     theirs = _grads(_expression(spec, dim), x, g, given)
-    for o, t, e, what in zip(ours, theirs, exact, ("dx", "dw")):
+    return ours, theirs, exact
+
+
+def _check(spec, draw, dtype, label):
+    for o, t, e, what in zip(*draw, ("dx", "dw")):
         error, mismatch = testing.rel_error(o, e)
         # Lower precision: twice PyTorch's own error; float64 (whose exact reference is
         # itself float64): the forward's float64 bound.
-        bound = testing.NORM_BOUNDS[torch.float64] if x.dtype == torch.float64 else \
-            max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[x.dtype])
-        assert not mismatch and error <= bound, (spec.name, x.dtype, label, what, error, bound, mismatch)
+        bound = testing.NORM_BOUNDS[torch.float64] if dtype == torch.float64 else \
+            max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[dtype])
+        assert not mismatch and error <= bound, (spec.name, dtype, label, what, error, bound, mismatch)
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES)
 @pytest.mark.parametrize("name", NORMS)
 def test_fused_norm_gradients_within_twice_pytorchs_error(name, dtype):
+    """Short rows are drawn 8 times and their errors taken over all draws together: one draw
+    of a 3-element weight gradient measures PyTorch's own error by luck (0.5u to 3u)."""
     spec = REGISTRY[name]
     v = 16 // torch.empty((), dtype=dtype).element_size()
     for n in LENGTHS if spec.takes("eps") else LENGTHS[1:]:  # l2's and l1's one-element rows: the next test
         rows = max(1, min(300, 2**21 // n))
-        x = torch.randn(rows, n, device="cuda", dtype=dtype)
-        g = torch.randn(rows, n, device="cuda", dtype=dtype)
-        given = _given(spec, n, dtype)
-        fused = backward.reduce_scale(spec, g, x, 1, spec.args(given), False) is not None
-        assert fused == ((n // v if n % v == 0 else n) <= CLUSTER_VECS), (name, dtype, n, fused)
-        if fused:
-            _check(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given, n)
+        draws = []
+        for _ in range(8 if n < 64 else 1):
+            x = torch.randn(rows, n, device="cuda", dtype=dtype)
+            g = torch.randn(rows, n, device="cuda", dtype=dtype)
+            given = _given(spec, n, dtype)
+            fused = backward.reduce_scale(spec, g, x, 1, spec.args(given), False) is not None
+            assert fused == ((n // v if n % v == 0 else n) <= CLUSTER_VECS), (name, dtype, n, fused)
+            if fused:
+                draws.append(_draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given))
+        if draws:
+            _check(spec, [[torch.cat([d[i][j].flatten() for d in draws]) for j in range(len(draws[0][i]))]
+                          for i in range(3)], dtype, n)
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES)
@@ -111,7 +123,8 @@ def test_fused_norm_gradients_of_strided_rows_and_gradients(name):
         for g in (torch.randn_like(x), torch.randn(x.shape[::-1], device="cuda").t(),
                   torch.randn(length, device="cuda").expand(x.shape) if dim == 1 else
                   torch.randn(x.shape[1], device="cuda").expand(length, x.shape[1])):
-            _check(spec, _fused_into_poison(spec, x, g, dim, given), x, g, dim, given, (x.stride(), g.stride()))
+            _check(spec, _draw(spec, _fused_into_poison(spec, x, g, dim, given), x, g, dim, given), x.dtype,
+                   (x.stride(), g.stride()))
 
 
 def test_strided_norms_and_cumprod_take_the_composite():
