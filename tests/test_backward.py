@@ -2,6 +2,8 @@
 reference, into poisoned buffers; which layouts take them; the weight gradient's
 determinism; and the composite where the backward must be differentiable."""
 
+import os
+
 import pytest
 import torch
 
@@ -178,3 +180,27 @@ def test_eager_backward_uses_the_fused_kernels(monkeypatch):
     w = torch.rand(1024, device="cuda", requires_grad=True)
     (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum()).backward()
     assert x.grad is not None and w.grad is not None
+
+
+@pytest.mark.skipif(os.environ.get("NORMSCAN_TEST_HUGE", "1") == "0", reason="NORMSCAN_TEST_HUGE=0: ~30 GB")
+def test_fused_gradients_of_more_than_2_31_elements():
+    """32769 rows of 65536 fp32 (2**31 + 65536 elements): rows past the 32-bit offsets; a
+    sample of rows against float64, dw over all rows against float64 sums."""
+    spec = REGISTRY["rms_norm"]
+    rows, n = 32769, 65536
+    x = torch.randn(rows, n, device="cuda")
+    g = torch.randn(rows, n, device="cuda")
+    w = torch.rand(n, device="cuda") + 0.5
+    dx, dw = backward.reduce_scale(spec, g, x, 1, [1e-5, w], True)
+    sample = torch.tensor([0, 1, 16384, rows - 2, rows - 1], device="cuda")
+    ours = dx[sample]
+    exact = _grads(_expression(spec, 1), x[sample], g[sample], {"eps": 1e-5, "weight": w}, torch.float64)[0]
+    error, mismatch = testing.rel_error(ours, exact)
+    assert not mismatch and error <= testing.NORM_BOUNDS[torch.float32], error
+    # dw = sum over rows of g * x * c, in float64 (c from each row's float64 mean square)
+    expected = torch.zeros(n, dtype=torch.float64, device="cuda")
+    for i in range(0, rows, 4096):
+        xs = x[i:i + 4096].double()
+        expected += (g[i:i + 4096].double() * xs * torch.rsqrt(xs.square().mean(1, keepdim=True) + 1e-5)).sum(0)
+    error, mismatch = testing.rel_error(dw, expected)
+    assert not mismatch and error <= testing.NORM_BOUNDS[torch.float32], error

@@ -71,6 +71,18 @@ def test_bench_without_gpu_honours_its_arguments(tmp_path):
 
 
 @NO_GPU
+def test_bench_training_without_gpu_times_the_backward_and_checks_the_gradients(tmp_path):
+    run = normscan("bench", "--training", "--ops", "rms_norm", "--modes", "backward", "--dtype", "float32",
+                   "--repeat", "1", "--rounds", "1", "--out", tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert len(rows) == 5 and all(r["label"].endswith("backward") or " backward at " in r["label"] for r in rows)
+    for row in rows:  # x and g read, dx written: three tensors' bytes
+        assert row["bytes"] == 3 * 4 * row["shape"][0] * row["shape"][1] and row["correct"]
+        assert {"normscan", "eager", "compile", "F.rms_norm"} <= set(row["ms"])
+
+
+@NO_GPU
 def test_bench_without_gpu_reduces_over_the_problems_own_dim(tmp_path):
     run = normscan("bench", "--ops", "rms_norm", "--repeat", "2", "--rounds", "1", "--out", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
