@@ -23,7 +23,8 @@ from typing import Callable
 
 import torch
 
-from . import _build, backward, reference, view
+from . import _build, reference, view
+from . import backward as backward_impl  # the module (OpSpec.backward is autograd's hook)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 DTYPE_NAMES = "float32, float16, bfloat16, float64"
@@ -145,8 +146,8 @@ def _functor_ids(family: str, macro: str) -> dict[str, int]:
 
 
 FAMILIES = {f.name: f for f in [
-    Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS", backward.reduce_scale),
-    Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS", backward.scan)]}
+    Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS", backward_impl.reduce_scale),
+    Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS", backward_impl.scan)]}
 
 
 # ---------------------------------------------------------------- ops
@@ -222,7 +223,7 @@ class OpSpec:
             args[i] = t
         param_grads = any(ctx.needs_input_grad[2 + i] for i in ctx.tensor_at)
         if torch.is_grad_enabled():
-            grads = backward.composite(self, grad, x, ctx.dim, args, param_grads)
+            grads = backward_impl.composite(self, grad, x, ctx.dim, args, param_grads)
         else:
             grads = self.backward_op(grad, x, ctx.dim, *args, param_grads)
         out = [None] * (2 + len(args))
@@ -239,7 +240,7 @@ class OpSpec:
             fused = self.family.backward(self, grad, x, dim, args, param_grads)
             if fused is not None:
                 return fused
-        return backward.composite(self, grad, x, dim, args, param_grads)
+        return backward_impl.composite(self, grad, x, dim, args, param_grads)
 
     def gradients_like(self, grad, x, dim, *args) -> list:
         """The backward custom op's fake: the gradients' shapes and layouts."""
