@@ -41,8 +41,9 @@ def composite(spec, grad: torch.Tensor, x: torch.Tensor, dim: int, args: list, p
         return fn(primal, dim, *args)
     _, vjp = torch.func.vjp(of, x, *(args[i] for i in at))
     dx, *rest = vjp(grad)
-    if dx.stride() != view.output_like(x).stride():
-        dx = view.output_like(x).copy_(dx)
+    like = view.output_like(x)
+    if dx.stride() != like.stride():
+        dx = like.copy_(dx)
     return [dx, *rest]
 
 

@@ -5,6 +5,7 @@ the peers that have the op; on the CPU the same entries at reduced sizes.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -42,20 +43,20 @@ def _quack_rms_norm():
     return lambda x, w: rmsnorm(x, w, eps=1e-5)
 
 
-def peers() -> dict[str, dict]:
-    """Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry. Liger-
-    Kernel and QuACK where they are installed (optional: MISSING_PEERS names those that are not)."""
-    out = {"rms_norm": {"F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)}}
-    MISSING_PEERS.clear()
+@functools.cache
+def peers() -> tuple[dict[str, dict], dict[str, str]]:
+    """Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry, with
+    Liger-Kernel and QuACK where they are installed; and the missing ones, by name, with why."""
+    found = {"F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)}
+    missing = {}
     for name, make in (("liger", _liger_rms_norm), ("quack", _quack_rms_norm)):
         try:
-            out["rms_norm"][name] = make()
+            found[name] = make()
         except ImportError as err:
-            MISSING_PEERS[name] = str(err)
-    return out
+            missing[name] = str(err)
+    return {"rms_norm": found}, missing
 
 
-MISSING_PEERS: dict[str, str] = {}
 # The CPU run's budget: elements per input.
 CPU_ELEMENTS = 1 << 18
 
@@ -68,7 +69,7 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int, kwargs: dict | None
         return spec.reference(x, dim, *spec.args(dict(kwargs, weight=w)))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
-        baselines.update(peers().get(spec.name, {}))
+        baselines.update(peers()[0].get(spec.name, {}))
     tensors = 2
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]

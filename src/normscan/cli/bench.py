@@ -156,7 +156,7 @@ def main(args: argparse.Namespace) -> int:
     if device == "cuda":
         print(describe(log.state))
     print_table(HEADERS, table_rows(rows, copy_gbs))
-    for name, why in catalogue.MISSING_PEERS.items():
+    for name, why in catalogue.peers()[1].items():
         print(f"peer {name} not installed, not timed ({why})")
     print(f"wrote {args.out / 'bench.json'}" + (f" and {args.out / 'bench.png'}" if plotted else
                                                    " (no plot: matplotlib is not installed)"))
