@@ -67,37 +67,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 
   extern __shared__ uint4 smem[];
   // This thread's dw sum of element i of its vector k; consecutive threads, consecutive words.
-  // Where a vector's sums fill whole 16-byte quads, quad h of vector k of thread i is at
-  // [(k * Q + h) * BLOCK + i]: one shared-memory access a quad, not one a sum. Else sum j
-  // of vector k of thread i is at [(k * V + j) * BLOCK + i].
-  constexpr int PQ = 16 / sizeof(A);  // sums a quad
-  constexpr int Q = V % PQ == 0 ? V / PQ : 0;
-  using Quad = Vec<A, PQ>;
   A* const dw_sums = reinterpret_cast<A*>(smem);
-  auto dw = [&](int k, int i, int thread) -> A& {
-    if constexpr (Q > 0) return dw_sums[((k * Q + i / PQ) * BLOCK + thread) * PQ + i % PQ];
-    return dw_sums[(k * V + i) * BLOCK + thread];
-  };
-  auto add_dw = [&](int k, const A (&v)[V]) {
-    if constexpr (Q > 0) {
-#pragma unroll
-      for (int h = 0; h < Q; ++h) {
-        Quad* q = reinterpret_cast<Quad*>(smem) + (k * Q + h) * BLOCK + threadIdx.x;
-        Quad sum = *q;
-#pragma unroll
-        for (int j = 0; j < PQ; ++j) sum.v[j] += v[h * PQ + j];
-        *q = sum;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i) dw(k, i, threadIdx.x) += v[i];
-    }
-  };
+  auto dw = [&](int k, int i) -> A& { return dw_sums[(k * V + i) * BLOCK + threadIdx.x]; };
   if constexpr (WEIGHTED) {
 #pragma unroll
     for (int k = 0; k < NV; ++k)
 #pragma unroll
-      for (int i = 0; i < V; ++i) dw(k, i, threadIdx.x) = A(0);
+      for (int i = 0; i < V; ++i) dw(k, i) = A(0);
   }
 
   // The weight's vector k of this thread (unused without one), and g * w.
@@ -155,14 +131,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
         const VT wv = weight(k);
-        A out[V], part[V];
+        A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const A xa = Convert<T>::to_acc(xv[k].v[i]), ga = Convert<T>::to_acc(gv[k].v[i]);
           out[i] = c * weighted(ga, wv, i) + coef * Op::dmap(xa);
-          part[i] = ga * xa * c;
+          if constexpr (WEIGHTED) dw(k, i) += ga * xa * c;
         }
-        if constexpr (WEIGHTED) add_dw(k, part);
         if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
       }
@@ -180,7 +155,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
             for (int i = 0; i < V; ++i) {
               A sum = A(0);
-              for (int j = 0; j < GROUPS; ++j) sum += dw(k, i, j * TPR + t);
+              for (int j = 0; j < GROUPS; ++j) sum += dw_sums[(k * V + i) * BLOCK + j * TPR + t];
               part[col(k) + i] = sum;
             }
           }
