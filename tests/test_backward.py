@@ -3,6 +3,7 @@ reference, into poisoned buffers; which layouts take them; the weight gradient's
 determinism; and the composite where the backward must be differentiable."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -13,7 +14,9 @@ from normscan.registry import REGISTRY
 
 pytestmark = pytest.mark.gpu
 
-NORMS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale"]
+# The reduce-scale ops with a fused backward: their functors say kFusedBackward = true.
+FUSED = re.findall(r"struct (\w+) \{[^}]*?kFusedBackward = true", (_build.CSRC / "reduce_scale" / "ops.cuh").read_text())
+NORMS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale" and s.functor in FUSED]
 # Lengths at each configuration's edges (fp32: 128 vectors a warp, 512 four, 2048 a block,
 # 16384 a cluster of 8), odd ones (scalar kernels), and past what a cluster holds.
 LENGTHS = [1, 3, 130, 512, 513, 2048, 2051, 8192, 8196, 65536, 65540]

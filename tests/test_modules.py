@@ -34,3 +34,21 @@ def test_rms_norm_as_torch_nn_rms_norm_over_the_last_dim():
         ours.weight.copy_(torch.rand(16) + 0.5)
         theirs.weight.copy_(ours.weight)
         torch.testing.assert_close(ours(x), theirs(x))
+
+
+@pytest.mark.parametrize("ours,theirs", [(normscan.Softmax, torch.nn.Softmax), (normscan.LogSoftmax, torch.nn.LogSoftmax)])
+def test_softmaxes_are_torch_nn_drop_ins(ours, theirs):
+    """Same constructor, attribute, repr and (empty) state_dict; dim=None is torch.nn's
+    deprecated implicit dim, with its warning."""
+    x = torch.randn(2, 5, 3)
+    for dim in [0, 1, -1]:
+        torch.testing.assert_close(ours(dim)(x), theirs(dim)(x))
+        assert ours(dim=dim).dim == dim and repr(ours(dim)) == repr(theirs(dim))
+    assert ours(1).state_dict() == theirs(1).state_dict() == {}
+    for shape in [(5,), (2, 5, 3), (2, 5, 3, 4)]:
+        y = torch.randn(shape)
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            got = ours()(y)
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            expected = theirs()(y)
+        torch.testing.assert_close(got, expected)

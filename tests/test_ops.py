@@ -133,6 +133,30 @@ def test_zero_d_scans_give_pytorchs_answer(name, flags):
     assert call(name, x, -1, **flags).item() == y.item()
 
 
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_softmax_dtype_converts_x_first_as_torch_does(name, device):
+    """x rounded to dtype, then computed in fp32 at least (PyTorch's CPU bfloat16 rounds
+    on the way: the comparison is with its float32 on the converted x)."""
+    x = torch.randn(4, 33, device=device, dtype=torch.float32) * 8
+    theirs = getattr(torch, name)
+    for dtype in [torch.float32, torch.float64, torch.bfloat16, torch.float16, None]:
+        got = call(name, x, 1, dtype=dtype)
+        assert got.dtype == (dtype or x.dtype)
+        converted = x.to(got.dtype)
+        expected = theirs(converted if got.dtype.itemsize >= 4 else converted.float(), 1).to(got.dtype)
+        torch.testing.assert_close(got, expected)
+        if got.dtype.itemsize >= 4:
+            torch.testing.assert_close(got, theirs(x, 1, dtype=dtype))
+    xg = x.float().requires_grad_()
+    call(name, xg, 1, dtype=torch.float64).sum().backward()  # the conversion is differentiated too
+    assert xg.grad.dtype == torch.float32
+    for bad, error in [(torch.int32, "dtype=torch.int32 is not supported; supported dtypes are float32"),
+                       ("float32", r"dtype must be a torch.dtype or None, got str \('float32'\)")]:
+        with pytest.raises(TypeError, match=f"normscan.{name}: {error}"):
+            call(name, x, 1, dtype=bad)
+
+
 def test_zero_d_rms_norm_with_a_weight():
     y = normscan.rms_norm(torch.tensor(2.5), 0, weight=torch.tensor([2.0]))
     assert y.shape == () and abs(y.item() - 2 * 2.5 / (2.5**2 + 1e-5) ** 0.5) < 1e-6

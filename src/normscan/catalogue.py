@@ -16,6 +16,10 @@ from .timing import Entry
 
 # Rows of every length class: the row kernels' rungs, a cluster, and short tensors.
 ROW_SHAPES = [(65536, 1024), (8192, 16384), (1024, 262144), (256, 4096), (16, 1024)]
+# Ops swept along the last dim at LLM shapes (attention rows and vocabularies), beside the
+# peers, instead of ROW_SHAPES.
+SOFTMAX_ROW_SHAPES = [(65536, 1024), (32768, 4096), (8192, 32768), (4096, 131072)]
+LAST_DIM_SHAPES = {"softmax": SOFTMAX_ROW_SHAPES, "log_softmax": SOFTMAX_ROW_SHAPES}
 # Ops with a weight: LLM hidden sizes along the last dim, weighted; and the channel dim of
 # NCHW tensors (fp32).
 WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
@@ -43,18 +47,38 @@ def _quack_rms_norm():
     return lambda x, w: rmsnorm(x, w, eps=1e-5)
 
 
+def _liger_softmax():
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    return lambda x, w: LigerSoftmaxFunction.apply(x)
+
+
+def _quack_softmax():
+    from quack.softmax import softmax
+    return lambda x, w: softmax(x)
+
+
+# Each op's peers over the last dim: name -> a maker of fn(x, weight), which may raise
+# ImportError (a library not installed).
+_PEERS = {
+    "rms_norm": {"F.rms_norm": lambda: lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
+                 "liger": _liger_rms_norm, "quack": _quack_rms_norm},
+    "softmax": {"liger": _liger_softmax, "quack": _quack_softmax},
+}
+
+
 @functools.cache
 def peers() -> tuple[dict[str, dict], dict[str, str]]:
     """Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry, with
     Liger-Kernel and QuACK where they are installed; and the missing ones, by name, with why."""
-    found = {"F.rms_norm": lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5)}
+    found: dict[str, dict] = {}
     missing = {}
-    for name, make in (("liger", _liger_rms_norm), ("quack", _quack_rms_norm)):
-        try:
-            found[name] = make()
-        except ImportError as err:
-            missing[name] = str(err)
-    return {"rms_norm": found}, missing
+    for op, makers in _PEERS.items():
+        for name, make in makers.items():
+            try:
+                found.setdefault(op, {})[name] = make()
+            except ImportError as err:
+                missing[name] = str(err)
+    return found, missing
 
 
 # The CPU run's budget: elements per input.
@@ -103,6 +127,9 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 for shape in WEIGHTED_ROW_SHAPES:
                     out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, -1, weight=True,
                                       with_peers=True))
+            elif spec.name in LAST_DIM_SHAPES:
+                for shape in LAST_DIM_SHAPES[spec.name]:
+                    out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))
             else:
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))

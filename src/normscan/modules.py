@@ -1,14 +1,17 @@
 """nn.Module wrappers of the ops. Their constructors are KernelBench's Model's for each
-problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring)."""
+problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring); Softmax and
+LogSoftmax are torch.nn's drop-ins."""
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import nn
 
 from . import ops
 
-__all__ = ["L2Norm", "L1Norm", "RMSNorm", "CumProd", "CumSum"]
+__all__ = ["L2Norm", "L1Norm", "RMSNorm", "Softmax", "LogSoftmax", "CumProd", "CumSum"]
 
 
 class L2Norm(nn.Module):
@@ -71,6 +74,44 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, dim={self.dim}, elementwise_affine={self.weight is not None}"
+
+
+class _Softmax(nn.Module):
+    """torch.nn.Softmax's drop-in (constructor, attribute, state_dict); subclasses name the op
+    as ``_fn``. dim=None takes torch.nn's deprecated implicit dim, with its warning."""
+
+    __constants__ = ["dim"]
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._fn(x, _implicit_dim(x) if self.dim is None else self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+def _implicit_dim(x: torch.Tensor) -> int:
+    """torch.nn.functional's choice of dim when none is given (deprecated there): 0 for 0-, 1-
+    and 3-d inputs, else 1; with its warning."""
+    warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include dim=X "
+                  "as an argument.", stacklevel=4)
+    return 0 if x.dim() in (0, 1, 3) else 1
+
+
+class Softmax(_Softmax):
+    """``torch.nn.Softmax(dim)``: :func:`normscan.softmax` over ``dim``."""
+
+    _fn = staticmethod(ops.softmax)
+
+
+class LogSoftmax(_Softmax):
+    """``torch.nn.LogSoftmax(dim)`` (KernelBench 24_LogSoftmax's Model(dim=1) is
+    ``LogSoftmax(dim=1)``): :func:`normscan.log_softmax` over ``dim``."""
+
+    _fn = staticmethod(ops.log_softmax)
 
 
 class _Scan(nn.Module):

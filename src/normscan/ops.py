@@ -58,6 +58,28 @@ def rms_norm(x: torch.Tensor, dim: int = 1, eps: float | None = 1e-5,
     """
 
 
+@declare(family="reduce_scale", functor="SoftmaxOp", reference=reference.softmax,
+         problems=(Problem("23_Softmax", (4096, 393216), init="", call="dim=1"),))
+def softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``torch.softmax(x, dim, dtype=dtype)`` in one pass over memory: ``exp(x - max)``
+    over its sum, the row's maximum subtracted first (no overflow).
+
+    ``dtype`` converts x first, as torch.softmax does. 16-bit inputs are computed in fp32. A
+    row of -inf, or with +inf or NaN, gives NaN, as PyTorch's does.
+    """
+
+
+@declare(family="reduce_scale", functor="LogSoftmaxOp", reference=reference.log_softmax,
+         problems=(Problem("24_LogSoftmax", (4096, 393216), init="dim: int = 1", call="dim=dim"),))
+def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``torch.log_softmax(x, dim, dtype=dtype)`` in one pass over memory:
+    ``(x - max) - log(sum(exp(x - max)))``.
+
+    ``dtype`` converts x first, as torch.log_softmax does. 16-bit inputs are computed in fp32;
+    -inf stays -inf; a row of -inf, or with +inf or NaN, gives NaN, as PyTorch's does.
+    """
+
+
 @declare(family="scan", functor="ProdOp", reference=reference.cumprod, values="near1",
          problems=(Problem("90_cumprod", (32768, 32768), init="dim: int", call="dim=dim", init_inputs=(1,)),))
 def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:

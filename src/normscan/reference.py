@@ -30,6 +30,14 @@ def rms_norm(x: torch.Tensor, dim: int = 1, eps: float = 1e-5, weight: torch.Ten
     return y
 
 
+def softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.softmax(x, dim, dtype=dtype)
+
+
+def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return torch.log_softmax(x, dim, dtype=dtype)
+
+
 def _scan(fn, identity: float, x: torch.Tensor, dim: int, reverse: bool, exclusive: bool) -> torch.Tensor:
     if x.dim() == 0:  # one element, as torch.cumsum takes it
         return _scan(fn, identity, x.reshape(1), 0, reverse, exclusive).reshape(())

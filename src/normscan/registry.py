@@ -99,6 +99,16 @@ def _check_weight(op: str, name: str, weight: object, x: torch.Tensor, dim: int)
     return weight.contiguous()
 
 
+def _check_dtype(op: str, name: str, dtype: object, x: torch.Tensor, dim: int) -> torch.dtype | None:
+    if dtype is None or dtype == x.dtype:
+        return None
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"normscan.{op}: {name} must be a torch.dtype or None, got {type_name(dtype)} ({dtype!r})")
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"normscan.{op}: {name}={dtype} is not supported; supported dtypes are {DTYPE_NAMES}")
+    return dtype
+
+
 @dataclass(frozen=True)
 class Param:
     """An argument after (x, dim) that an op may take, by name."""
@@ -111,11 +121,13 @@ PARAMS = {
     "weight": Param("Tensor?", _check_weight),
     "reverse": Param("bool", _check_flag),
     "exclusive": Param("bool", _check_flag),
+    # x is converted to it before the op, as torch.softmax's dtype does (None: x's dtype)
+    "dtype": Param("ScalarType?", _check_dtype),
 }
 
 
 # ---------------------------------------------------------------- families
-def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None) -> None:
+def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None, dtype=None) -> None:
     ext.reduce_scale(x, y, weight, op, fields, eps)
 
 
@@ -141,7 +153,7 @@ class Family:
 @functools.cache
 def _functor_ids(family: str, macro: str) -> dict[str, int]:
     text = (_build.CSRC / family / "ops.cuh").read_text()
-    line = re.search(rf"#define {macro}\(X\)(.*)", text).group(1)
+    line = re.search(rf"#define {macro}\(X\)((?:.*\\\n)*.*)", text).group(1)  # continued lines too
     return {functor: int(i) for i, functor in re.findall(r"X\((\d+),\s*(\w+)\)", line)}
 
 
@@ -174,11 +186,22 @@ class OpSpec:
     def call(self, x, dim, *args) -> torch.Tensor:
         """The public function's body: validate, then compute where x lives."""
         dim, args = self.checked(x, dim, args)
+        x, args = self.converted(x, args)
         if x.device.type == "cpu":
             return self.on_cpu(x, dim, *args)
         if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
             return self.custom_op(x, dim, *args)  # through the dispatcher, where its autograd is
         return self.launch(x, dim, *args)
+
+    def converted(self, x: torch.Tensor, args: list) -> tuple[torch.Tensor, list]:
+        """x converted to a `dtype` argument (checked: None or another dtype), and the arguments
+        with it spent (None): autograd sees the conversion, and the kernel x's new dtype."""
+        if "dtype" not in self.params:
+            return x, args
+        i = self.params.index("dtype")
+        if args[i] is None:
+            return x, args
+        return x.to(args[i]), [None if j == i else a for j, a in enumerate(args)]
 
     def on_cpu(self, x: torch.Tensor, dim: int, *args) -> torch.Tensor:
         """The reference expression, 16-bit inputs in float32 (differentiable as it stands)."""
@@ -198,11 +221,13 @@ class OpSpec:
     def launch_checked(self, x, dim, *args) -> torch.Tensor:
         """The custom op's CUDA implementation: the checks, then the kernel."""
         dim, args = self.checked(x, dim, args)
+        x, args = self.converted(x, args)
         return self.launch(x, dim, *args)
 
     def on_cpu_checked(self, x, dim, *args) -> torch.Tensor:
         """The custom op's CPU implementation: the checks, then the reference."""
         dim, args = self.checked(x, dim, args)
+        x, args = self.converted(x, args)
         return self.on_cpu(x, dim, *args)
 
     # Backward (backward.py): the inputs are saved, nothing more (the kernels recompute each
@@ -241,6 +266,12 @@ class OpSpec:
             if fused is not None:
                 return fused
         return backward_impl.composite(self, grad, x, dim, args, param_grads)
+
+    def output_like(self, x, dim, *args) -> torch.Tensor:
+        """The custom op's fake: the output's shape, dtype and layout."""
+        if "dtype" in self.params and args[self.params.index("dtype")] is not None:
+            return view.output_like(x).to(args[self.params.index("dtype")])
+        return view.output_like(x)
 
     def gradients_like(self, grad, x, dim, *args) -> list:
         """The backward custom op's fake: the gradients' shapes and layouts."""
@@ -317,7 +348,7 @@ def _define_custom_op(spec: OpSpec) -> None:
     torch.library.define(qualname, spec.schema)
     torch.library.impl(qualname, "cuda", spec.launch_checked)
     torch.library.impl(qualname, "cpu", spec.on_cpu_checked)
-    torch.library.register_fake(qualname, lambda x, *args: view.output_like(x))
+    torch.library.register_fake(qualname, spec.output_like)
     torch.library.register_autograd(qualname, spec.backward, setup_context=spec.save_for_backward)
     # Its gradients, as one op: torch.compile traces the backward through it.
     torch.library.define(f"{qualname}_backward", spec.backward_schema)

@@ -9,7 +9,7 @@
 #include <optional>
 #include <tuple>
 
-// y = x * scale(reduce(x)) [* weight] along the view's length.
+// y = apply(x, scale(reduce(x))) [* weight] along the view's length (x * scale for the norms).
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight, int64_t op,
                   at::IntArrayRef view, double eps);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,

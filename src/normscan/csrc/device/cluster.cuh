@@ -1,4 +1,4 @@
-// Thread-block clusters (sm_90): a block's place in its cluster, and a sum across it
+// Thread-block clusters (sm_90): a block's place in its cluster, and a reduction across it
 // through distributed shared memory. Where clusters do not exist (sm_80, host passes) a
 // block is a cluster of one, and NORMSCAN_CLUSTERS is undefined.
 #pragma once
@@ -28,18 +28,22 @@ __device__ __forceinline__ int2 cluster_place() {
 }
 
 #ifdef NORMSCAN_CLUSTERS
-// Sum over the `csize` blocks of the cluster of each block's v (thread 0's counts); every
-// thread gets it, summed in rank order. `slot` is this block's shared scratch of one value:
-// callers alternate two, and sync the cluster once more before any block exits, so that no
-// block's shared memory is read after it has gone.
-template <typename A>
-__device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
+// Op over the `csize` blocks (at most 32) of the cluster of each block's v (thread 0's
+// counts); every thread gets it, combined in the same order on every block. `slot` is this
+// block's shared scratch of one value: callers alternate two, and sync the cluster once
+// more before any block exits, so that no block's shared memory is read after it has gone.
+template <typename Op, typename A>
+__device__ __forceinline__ A cluster_reduce(A v, A* slot, int csize) {
   const int lane = threadIdx.x % 32;
   if (threadIdx.x == 0) *slot = v;
   cg::this_cluster().sync();
-  A c = A(0);
+  A c = Op::template identity<A>();
   if (lane < csize) c = *cg::this_cluster().map_shared_rank(slot, lane);
-  return warp_reduce<SumOp>(c);
+  return warp_reduce<Op>(c);
+}
+template <typename A>
+__device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
+  return cluster_reduce<SumOp>(v, slot, csize);
 }
 #endif
 

@@ -5,6 +5,8 @@
 
 namespace normscan {
 
+constexpr int kMaxDevices = 64;
+
 // Per-device facts the launchers need, read once per device.
 struct DeviceInfo {
   int sms = 0;
@@ -12,7 +14,6 @@ struct DeviceInfo {
 };
 
 inline cudaError_t device_info(DeviceInfo* out) {
-  constexpr int kMaxDevices = 64;
   static DeviceInfo cache[kMaxDevices];
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -69,13 +70,14 @@ inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, 
   return cfg;
 }
 
-// Clusters of `cluster` blocks of `kernel` resident on the device at once, measured once per
-// kernel, device and cluster size.
+// Clusters of up to 16 blocks: more than 8 (sm_90's portable limit) is opted into per kernel.
+constexpr int kMaxCluster = 16, kMaxPortableCluster = 8;
+
+// Clusters of `cluster` blocks of `kernel` resident on the device at once (0: such a cluster
+// cannot run at all), measured once per kernel, device and cluster size.
 template <auto kernel>
 inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_t* out) {
-  constexpr int kMaxDevices = 64;
-  constexpr int kMaxCluster = 8;
-  static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};  // 0 = not measured yet
+  static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};  // count + 1; 0 = not measured yet
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -90,6 +92,10 @@ inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
     }
+    if (cluster > kMaxPortableCluster) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (err != cudaSuccess) return err;
+    }
     int64_t n = 0;
     if (cluster == 1) {
       err = resident_blocks(kernel, static_cast<int>(threads.x * threads.y * threads.z), smem, &n);
@@ -102,9 +108,9 @@ inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_
       n = c;
     }
     if (err != cudaSuccess) return err;
-    fit = n > 0 ? n : 1;
+    fit = n + 1;
   }
-  *out = fit;
+  *out = fit - 1;
   return cudaSuccess;
 }
 
@@ -114,7 +120,7 @@ inline cudaError_t grid_units(Grid grid, dim3 threads, int cluster, int64_t unit
   int64_t fit = 0;
   const cudaError_t err = resident_units<kernel>(threads, cluster, smem, &fit);
   if (err != cudaSuccess) return err;
-  *out = min64(units, grid == Grid::Persistent ? fit : 0x7fffffff / cluster);
+  *out = min64(units, grid == Grid::Persistent ? (fit > 0 ? fit : 1) : 0x7fffffff / cluster);
   return cudaSuccess;
 }
 

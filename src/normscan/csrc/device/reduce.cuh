@@ -1,6 +1,8 @@
 // Associative operators, and reductions over a warp and over groups of warps of a block.
 #pragma once
 
+#include <type_traits>
+
 #include "types.cuh"
 
 namespace normscan {
@@ -9,18 +11,46 @@ struct SumOp {
   template <typename A> static __device__ __forceinline__ A identity() { return A(0); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a + b; }
 };
+// A NaN wins (unlike fmax's), so that it reaches every result that depends on it.
+struct MaxOp {
+  template <typename A> static __device__ __forceinline__ A identity() { return -A(INFINITY); }
+  template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a > b || a != a ? a : b; }
+};
 struct ProdOp {
   template <typename A> static __device__ __forceinline__ A identity() { return A(1); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a * b; }
 };
 
+// The maximum m of some values and the sum s of exp(value - m) over them (0 while m is
+// -inf: every value was -inf): a softmax's row statistics, combined across threads.
+template <typename A> struct MaxSum {
+  A max, sum;
+};
+// exp(x - m) terms rescaled to the larger maximum. A NaN or a +inf maximum gives a NaN sum,
+// as the terms themselves would.
+struct MaxSumOp {
+  template <typename P> static __device__ __forceinline__ P identity() {
+    return P{MaxOp::identity<decltype(P::max)>(), 0};
+  }
+  template <typename A> static __device__ __forceinline__ MaxSum<A> apply(MaxSum<A> a, MaxSum<A> b) {
+    const A m = MaxOp::apply(a.max, b.max);
+    const auto to_m = [m](MaxSum<A> p) { return p.max == MaxOp::identity<A>() ? A(0) : p.sum * exp(p.max - m); };
+    return MaxSum<A>{m, to_m(a) + to_m(b)};
+  }
+};
+
 constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(kFullMask, v, o); }
+template <typename A> __device__ __forceinline__ MaxSum<A> shfl_xor(MaxSum<A> v, int o) {
+  return MaxSum<A>{shfl_xor(v.max, o), shfl_xor(v.sum, o)};
+}
 
 // Op over the 32 lanes of a warp; every lane gets the result.
 template <typename Op, typename A>
 __device__ __forceinline__ A warp_reduce(A v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(kFullMask, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, shfl_xor(v, o));
   return v;
 }
 
@@ -32,22 +62,31 @@ struct WarpPlace {
   }
 };
 
-// Sum of v over a group of GROUP_WARPS consecutive warps of the block, starting at warp
-// `first` (a row's warps, or the whole block); every thread of the group gets the sum, in
-// warp order. `scratch` has one entry per warp of the block. One __syncthreads() when
-// GROUP_WARPS > 1: callers alternate two scratch buffers, so that no second barrier is
-// needed before the next call writes.
-template <int GROUP_WARPS, typename A>
-__device__ __forceinline__ A block_group_sum(A v, A* scratch, int first, WarpPlace me) {
-  v = warp_reduce<SumOp>(v);
+// Op over v of a group of GROUP_WARPS consecutive warps of the block, starting at warp
+// `first` (a row's warps, or the whole block); every thread of the group gets the result,
+// combined in warp order. `scratch` has one entry per warp of the block. One
+// __syncthreads() when GROUP_WARPS > 1: callers alternate two scratch buffers, so that no
+// second barrier is needed before the next call writes.
+template <typename Op, int GROUP_WARPS, typename A>
+__device__ __forceinline__ A block_group_reduce(A v, A* scratch, int first, WarpPlace me) {
+  v = warp_reduce<Op>(v);
   if (GROUP_WARPS > 1) {
     if (me.lane == 0) scratch[me.warp] = v;
     __syncthreads();
-    v = A(0);
+    if constexpr (std::is_same<Op, MaxSumOp>::value) {  // a combine costs two exps: lanes share them
+      v = me.lane < GROUP_WARPS ? scratch[first + me.lane] : Op::template identity<A>();
+      v = warp_reduce<Op>(v);
+    } else {
+      v = Op::template identity<A>();
 #pragma unroll
-    for (int i = 0; i < GROUP_WARPS; ++i) v += scratch[first + i];
+      for (int i = 0; i < GROUP_WARPS; ++i) v = Op::apply(v, scratch[first + i]);
+    }
   }
   return v;
+}
+template <int GROUP_WARPS, typename A>
+__device__ __forceinline__ A block_group_sum(A v, A* scratch, int first, WarpPlace me) {
+  return block_group_reduce<SumOp, GROUP_WARPS>(v, scratch, first, me);
 }
 
 }  // namespace normscan

@@ -11,7 +11,7 @@ namespace normscan {
 
 // The configurations (not yet tuned by measurement): x and g held in registers, 4 vectors
 // of each a thread, as the forward's short rows hold x; rows longer than a block of 512
-// threads holds are spread over a cluster of up to 8 (kRowsMaxCluster).
+// threads holds are spread over a cluster of up to 8 (kMaxPortableCluster).
 using BackwardRowsOneWarp = BackwardRowsConfig<256, 32, 4, 4>;
 using BackwardRowsFourWarps = BackwardRowsConfig<256, 128, 4, 4>;
 using BackwardRowsBlock = BackwardRowsConfig<512, 512, 4, 2>;
@@ -44,7 +44,7 @@ inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
   if (nvec <= BackwardRowsOneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsOneWarp, V, WEIGHTED>{1}), true;
   if (nvec <= BackwardRowsFourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsFourWarps, V, WEIGHTED>{1}), true;
   if (nvec <= BackwardRowsBlock::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsBlock, V, WEIGHTED>{1}), true;
-  const int64_t max_cluster = major >= 9 ? kRowsMaxCluster : 1;
+  const int64_t max_cluster = major >= 9 ? kMaxPortableCluster : 1;
   if (nvec > BackwardRowsCluster::kVecsPerBlock * max_cluster) return false;
   const int cluster = static_cast<int>(ceil_div(nvec, BackwardRowsCluster::kVecsPerBlock));
   return f(BackwardRowsPlan<T, Op, BackwardRowsCluster, V, WEIGHTED>{cluster}), true;
@@ -52,23 +52,28 @@ inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
 
 // Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
 // along the reduced dim) held on chip, in 16-byte vectors where every row of the three
-// (and the weight) starts aligned and holds whole vectors. False where no kernel serves them.
+// (and the weight) starts aligned and holds whole vectors. False where no kernel serves them
+// (every layout, for an op without a fused backward).
 template <typename T, typename Op, typename F>
 inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T>& a, int major, F&& f) {
-  constexpr int V = vec16<T>();
-  const View& v = a.view;
-  if (!v.rows()) return false;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = v.length % V == 0 && aligned(a.x) && aligned(a.g) && aligned(a.dx) && aligned(a.w) &&
-                   (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0));
-  if constexpr (Op::kWeighted) {
-    if (a.w != nullptr) {
-      return vec ? with_backward_rows_of<T, Op, V, true>(v.length / V, major, f)
-                 : with_backward_rows_of<T, Op, 1, true>(v.length, major, f);
+  if constexpr (!Op::kFusedBackward) {
+    return false;
+  } else {
+    constexpr int V = vec16<T>();
+    const View& v = a.view;
+    if (!v.rows()) return false;
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = v.length % V == 0 && aligned(a.x) && aligned(a.g) && aligned(a.dx) && aligned(a.w) &&
+                     (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0));
+    if constexpr (Op::kWeighted) {
+      if (a.w != nullptr) {
+        return vec ? with_backward_rows_of<T, Op, V, true>(v.length / V, major, f)
+                   : with_backward_rows_of<T, Op, 1, true>(v.length, major, f);
+      }
     }
+    return vec ? with_backward_rows_of<T, Op, V, false>(v.length / V, major, f)
+               : with_backward_rows_of<T, Op, 1, false>(v.length, major, f);
   }
-  return vec ? with_backward_rows_of<T, Op, V, false>(v.length / V, major, f)
-             : with_backward_rows_of<T, Op, 1, false>(v.length, major, f);
 }
 
 }  // namespace normscan

@@ -28,11 +28,30 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
     if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, 1, stream);
     if (nvec <= RowsEightWarps::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarps>(a, 1, stream);
     if (nvec <= RowsSixteenWarps::kVecsPerBlock) return launch_rows<T, Op, RowsSixteenWarps>(a, 1, stream);
-    if (nvec <= RowsBlock::kVecsPerBlock) return launch_rows<T, Op, RowsBlock>(a, 1, stream);
-    using Cluster = RowsCluster<T>;
+    if constexpr (kThousandThreads<T, Op>) {
+      if (nvec <= RowsBlock::kVecsPerBlock) return launch_rows<T, Op, RowsBlock>(a, 1, stream);
+    }
+    using Cluster = RowsCluster<T, Op>;
     const int max_cluster = d.major >= 9 ? kRowsMaxCluster : 1;
-    if (nvec <= Cluster::kVecsPerBlock * max_cluster)
-      return launch_rows<T, Op, Cluster>(a, static_cast<int>(ceil_div(nvec, Cluster::kVecsPerBlock)), stream);
+    if (nvec <= Cluster::kVecsPerBlock * max_cluster) {
+      int cluster = static_cast<int>(ceil_div(nvec, Cluster::kVecsPerBlock));
+      if (cluster > kMaxPortableCluster) {
+        // A non-portable size: of those that hold the row, the one whose co-resident clusters
+        // fill the most block slots (a GPC's SMs need not be a multiple of the size); none
+        // may run, and then the row is read twice.
+        int64_t most = 0;
+        int best = 0;
+        for (int c = cluster; c <= kRowsMaxCluster; ++c) {
+          int64_t fit = 0;
+          err = resident_units<reduce_scale_rows_kernel<T, Op, Cluster>>(dim3(Cluster::kBlock), c, Cluster::kSmemBytes,
+                                                                          &fit);
+          if (err != cudaSuccess) return err;
+          if (fit * c > most) most = fit * c, best = c;
+        }
+        cluster = best;
+      }
+      if (cluster > 0) return launch_rows<T, Op, Cluster>(a, cluster, stream);
+    }
   }
   if (aligned)
     return launch_units<reduce_scale_reread_kernel<T, Op, kRereadBlock, V>>(Grid::PerUnit, dim3(kRereadBlock), 1,
@@ -79,7 +98,7 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
   if (n <= StridedShort<T>::kHeld) return launch_strided<T, Op, StridedShort<T>>(a, stream);
   if (n <= StridedCluster<T>::kHeld * max_cluster) return launch_strided_cluster<T, Op, StridedCluster<T>>(a, stream);
   if (vec) return launch_strided<T, Op, StridedVecReread<T>>(a, stream);
-  return launch_strided<T, Op, StridedReread>(a, stream);
+  return launch_strided<T, Op, StridedRereadOf<T, Op>>(a, stream);
 }
 
 }  // namespace normscan

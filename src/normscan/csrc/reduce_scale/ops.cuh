@@ -1,5 +1,6 @@
-// Reduce-then-scale family: y = x * scale(sum(map(x))) [* w] over one dim of a tensor seen
-// as (outer, length, inner). The ops differ only in their functor.
+// Reduce-then-scale family: y = apply(x, scale(sum(map(x)))) [* w] over one dim of a tensor
+// seen as (outer, length, inner); apply is x * scale for the norms. The ops differ only in
+// their functor.
 #pragma once
 
 #include "../device/view.cuh"
@@ -14,12 +15,16 @@ template <typename T> struct ReduceScaleArgs {
   double eps;
 };
 
-// map: what is summed; scale: the factor every element of the row is multiplied by;
-// kWeighted: whether the op takes a weight. For the backward (backward.cuh), with
+// map: what is summed; scale: the row's factor from that sum; apply: an element's output
+// (x * scale for the norms); kWeighted: whether the op takes a weight; kMaxShifted: the
+// row's maximum m is found first and map and apply see x - m (softmax: exp(x - m) cannot
+// overflow); kFusedBackward: backward.cuh serves the op. For the backward (backward.cuh), with
 // c = scale(S) and S = sum(map(x)): dx = c * g * w + grad_coef(c, n) * D * dmap(x), where
 // D = sum(g * w * x) and grad_coef(c, n) * dmap(x) = dc/dS * map'(x).
 struct L2NormOp {
   static constexpr bool kWeighted = false;
+  static constexpr bool kMaxShifted = false, kFusedBackward = true;
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
     return A(1) / sqrt(s);
@@ -29,6 +34,8 @@ struct L2NormOp {
 };
 struct L1NormOp {
   static constexpr bool kWeighted = false;
+  static constexpr bool kMaxShifted = false, kFusedBackward = true;
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return fabs(v); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
     return A(1) / (s / A(n));
@@ -39,6 +46,8 @@ struct L1NormOp {
 };
 struct RmsNormOp {
   static constexpr bool kWeighted = true;
+  static constexpr bool kMaxShifted = false, kFusedBackward = true;
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
     return A(1) / sqrt(s / A(n) + A(eps));
@@ -47,18 +56,63 @@ struct RmsNormOp {
   template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t n) { return -c * c * c / A(n); }
 };
 
+// exp of x <= 0 (x - the row's maximum). fp32: ex2.approx of x * log2(e), relative error
+// below 2 + 1.2 |x| ulp (CUDA's __expf), against 8 instructions more for expf; a 16-bit
+// row of 32768 was compute-bound with expf (softmax at 70% of copy, log_softmax's one exp
+// an element at 79%).
+template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
+  if constexpr (sizeof(A) == 4) return __expf(x);
+  else return exp(x);
+}
+
+// softmax: exp(x - m) / sum(exp(x - m)); log_softmax: (x - m) - log(sum(exp(x - m))). A row
+// of -inf, or with +inf or NaN, gives NaN, as PyTorch's does. Their map must be exp: the
+// kernels rescale partial sums to a larger maximum (MaxSumOp, device/reduce.cuh).
+struct SoftmaxOp {
+  static constexpr bool kWeighted = false, kMaxShifted = true, kFusedBackward = false;
+  template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return A(1) / s; }
+  template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return exp_shifted(u) * scale; }
+};
+struct LogSoftmaxOp {
+  static constexpr bool kWeighted = false, kMaxShifted = true, kFusedBackward = false;
+  template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return log(s); }
+  template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return u - scale; }
+};
+
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
 // against this list by tests/test_registry.py.
 #ifndef NORMSCAN_REDUCE_SCALE_OPS  // an exported KernelBench file lists its one op itself
-#define NORMSCAN_REDUCE_SCALE_OPS(X) X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp)
+#define NORMSCAN_REDUCE_SCALE_OPS(X) \
+  X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp)
 #endif
 
 NORMSCAN_OP_VISITOR(with_reduce_scale_op, NORMSCAN_REDUCE_SCALE_OPS)
 
-// y = x * scale [* w], one element.
-template <typename T>
-__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, const T* w, int64_t l) {
-  acc_t<T> v = Convert<T>::to_acc(x) * scale;
+// The resident blocks a SM a kernel asks of the compiler: half for doubles of a max-shifted
+// op, whose exp spills at the norms' register counts (the dispatchers give those no block of
+// 1024 threads, which cannot have more than 64 registers), and on sm_80 for 16-bit softmax
+// too (4 bytes spilled there in the cluster and strided kernels, none on sm_90).
+template <typename T, typename Op> constexpr int min_blocks(int asked) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  constexpr bool kWide = Op::kMaxShifted && sizeof(T) != 4;
+#else
+  constexpr bool kWide = Op::kMaxShifted && sizeof(T) == 8;
+#endif
+  return kWide ? (asked + 1) / 2 : asked;
+}
+
+// An element's value as map and apply see it: x - shift for the max-shifted ops.
+template <typename Op, typename A> __device__ __forceinline__ A shifted(A v, A shift) {
+  if constexpr (Op::kMaxShifted) return v - shift;
+  else return v;
+}
+
+// y = apply(x, scale) [* w], one element.
+template <typename Op, typename T>
+__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const T* w, int64_t l) {
+  acc_t<T> v = Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
   if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
   return Convert<T>::from_acc(v);
 }

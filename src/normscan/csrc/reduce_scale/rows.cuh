@@ -1,5 +1,6 @@
-// Rows held on chip: y = x * scale(sum over the row) [* w], where the reduced dim is
-// contiguous (inner == 1). x is read from DRAM once.
+// Rows held on chip: y = apply(x, scale(sum over the row)) [* w], where the reduced dim is
+// contiguous (inner == 1). x is read from DRAM once; a max-shifted op (softmax) reduces
+// (maximum, sum of exp(x - maximum)) pairs: each thread its own values', then the row's.
 //
 // TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
 // (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
@@ -26,18 +27,19 @@ namespace normscan {
 
 // A rows kernel's shape: BLOCK threads, TPR of them a row, each holding NV vectors in
 // registers and SNV in shared memory; MINB resident blocks a SM asked of the compiler;
-// CLUSTER: rows spread over a thread-block cluster (sm_90). tuning.cuh names the ones used.
-template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false> struct RowsConfig {
+// CLUSTER: rows spread over a thread-block cluster (sm_90); PIPELINE: the next row's loads
+// overlap this row's stores. tuning.cuh names the ones used.
+template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false, bool PIPELINE = false> struct RowsConfig {
   static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kRegVecs = NV, kSmemVecs = SNV, kMinBlocks = MINB;
-  static constexpr bool kCluster = CLUSTER;
+  static constexpr bool kCluster = CLUSTER, kPipeline = PIPELINE;
   static constexpr int64_t kVecsPerBlock = int64_t(TPR) * (NV + SNV);  // of one row
   static constexpr size_t kSmemBytes = size_t(BLOCK) * SNV * 16;
 };
 
 template <typename T, typename Op, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
+__global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
   constexpr int BLOCK = Cfg::kBlock, TPR = Cfg::kThreadsPerRow, NV = Cfg::kRegVecs, SNV = Cfg::kSmemVecs;
-  constexpr bool CLUSTER = Cfg::kCluster;
+  constexpr bool CLUSTER = Cfg::kCluster, PIPELINE = Cfg::kPipeline;
   using A = acc_t<T>;
   using VT = Vec<T, vec16<T>()>;
   constexpr int V = vec16<T>();
@@ -46,6 +48,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_row
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
   __shared__ A cta_part[2];
+  constexpr bool SHIFTED = Op::kMaxShifted;  // reduces MaxSum pairs instead (map is exp)
+  __shared__ MaxSum<A> warp_stat[2][SHIFTED ? BLOCK / 32 : 1];
+  __shared__ MaxSum<A> cta_stat[2];
   extern __shared__ uint4 held[];
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const WarpPlace me = WarpPlace::of_thread();
@@ -101,22 +106,34 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_row
   auto at = [&](const Share& p, int k) { return p.body + (k * TPR + t) * V; };
   auto slot = [&](int k) { return reinterpret_cast<VT*>(&held[(k - NV) * BLOCK + threadIdx.x]); };
 
+  // Each thread holds NV vectors in registers, SNV in its shared-memory slots, and its edge
+  // elements (packed: 16-bit edges as loose registers spill). Edges are loaded with the body
+  // and held: a load after the sum, or again for the store, would put two dependent round
+  // trips on every row's critical path. A slot is refilled only after this thread's store
+  // of its value, which needed that value: the read is done before the new copy starts.
+  // Shared-memory slots go first: their copies land while the register loads are issued.
+  // PIPELINE (one row a block): the next row's slots are filled during this row's stores,
+  // each right after the store that frees it, so that reads and writes overlap. Rows share
+  // their layout (the dispatcher's condition), so the next row's slot k is at the same
+  // offset; registers only for its start (the register vectors wait for the loop's top: at
+  // 64 registers, holding the next row's place spilled).
+  static_assert(!PIPELINE || GROUPS == 1, "a pipelined block holds one row");
+  auto fill_slots = [&](const T* x, const Share& p) {
+#pragma unroll
+    for (int k = NV; k < NV + SNV; ++k)
+      if (has(p, k)) cp_async16(slot(k), x + at(p, k));
+  };
+  if (PIPELINE && first < a.view.outer) {
+    const Share p = share_of(first);
+    fill_slots(p.x, p);
+  }
   int parity = 0;
   for (int64_t base = first; base < a.view.outer; base += step, parity ^= 1) {
     const Share cur = share_of(base);
-    // Each thread holds NV vectors in registers, SNV in its shared-memory slots, and its
-    // edge elements (packed: 16-bit edges as loose registers spill). Edges are loaded with
-    // the body and held: a load after the sum, or again for the store, would put two
-    // dependent round trips on every row's critical path. The slots were last read by this
-    // thread's stores of the previous row, which needed the values: those reads are done
-    // before new copies start. Shared-memory slots go first: their copies land while the
-    // register loads are issued.
     VT buf[NV];
     VT edge;
     VT w_ahead[W_AHEAD ? NV : 1];
-#pragma unroll
-    for (int k = NV; k < NV + SNV; ++k)
-      if (has(cur, k)) cp_async16(slot(k), cur.x + at(cur, k));
+    if (!PIPELINE) fill_slots(cur.x, cur);
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (has(cur, k)) buf[k] = load_vec<T, V, X_L2_LAST>(cur.x + at(cur, k));
@@ -133,33 +150,50 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_row
       for (int i = 0; i < V; ++i)
         if (i < cur.edge_count) edge.v[i] = cur.x[cur.edge_start + i];
     }
-    A sum = A(0);
+    // R over this thread's held values, f(value) of each.
+    auto fold = [&](auto combine, A acc, auto f) {
+      using R = decltype(combine);
 #pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (has(cur, k)) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(buf[k].v[i]));
-      }
-    if (SNV > 0) {
-      cp_async_wait_all();
-#pragma unroll
-      for (int k = NV; k < NV + SNV; ++k)
+      for (int k = 0; k < NV; ++k)
         if (has(cur, k)) {
-          const VT v = *slot(k);
 #pragma unroll
-          for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v.v[i]));
+          for (int i = 0; i < V; ++i) acc = R::apply(acc, f(Convert<T>::to_acc(buf[k].v[i])));
         }
-    }
-    if (CLUSTER || cur.edge_count > 0) {
+      if (SNV > 0) {
+        cp_async_wait_all();
 #pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (i < cur.edge_count) sum += Op::map(Convert<T>::to_acc(edge.v[i]));
-    }
-
-    sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[parity], group * WARPS_PER_ROW, me);
+        for (int k = NV; k < NV + SNV; ++k)
+          if (has(cur, k)) {
+            const VT v = *slot(k);
+#pragma unroll
+            for (int i = 0; i < V; ++i) acc = R::apply(acc, f(Convert<T>::to_acc(v.v[i])));
+          }
+      }
+      if (CLUSTER || cur.edge_count > 0) {
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          if (i < cur.edge_count) acc = R::apply(acc, f(Convert<T>::to_acc(edge.v[i])));
+      }
+      return acc;
+    };
+    A shift = A(0), sum;
+    if constexpr (SHIFTED) {
+      // This thread's maximum and sum of map(x - maximum), then the row's (one reduction).
+      MaxSum<A> stat{fold(MaxOp{}, MaxOp::identity<A>(), [](A v) { return v; }), A(0)};
+      if (stat.max != MaxOp::identity<A>()) stat.sum = fold(SumOp{}, A(0), [&](A v) { return Op::map(v - stat.max); });
+      stat = block_group_reduce<MaxSumOp, WARPS_PER_ROW>(stat, warp_stat[parity], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-    if (csize > 1) sum = cluster_sum(sum, &cta_part[parity], csize);
+      if (csize > 1) stat = cluster_reduce<MaxSumOp>(stat, &cta_stat[parity], csize);
 #endif
+      shift = stat.max;
+      sum = stat.sum;
+    } else {
+      sum = fold(SumOp{}, A(0), [](A v) { return Op::map(v); });
+      sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[parity], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) sum = cluster_sum(sum, &cta_part[parity], csize);
+#endif
+    }
     const A scale = Op::scale(sum, a.view.length, a.eps);
     const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
     // The weight is tested once a vector, not once an element, and 16-bit results are
@@ -168,7 +202,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_row
     auto scale_store = [&](const VT& x, int l, int k) {
       A v[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = Convert<T>::to_acc(x.v[i]) * scale;
+      for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
@@ -181,13 +215,18 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) reduce_scale_row
       }
       store_vec<T, V, L2_LAST>(cur.y + l, from_acc_vec<T, V>(v));
     };
+    const bool next_row = PIPELINE && base + step < a.view.outer;
+    const T* const next_x = cur.x + step * a.view.x_so;
 #pragma unroll
     for (int k = 0; k < NV + SNV; ++k)
-      if (has(cur, k)) scale_store(k < NV ? buf[k] : *slot(k), at(cur, k), k);
+      if (has(cur, k)) {
+        scale_store(k < NV ? buf[k] : *slot(k), at(cur, k), k);
+        if (k >= NV && next_row) cp_async16(slot(k), next_x + at(cur, k));
+      }
     if (CLUSTER || cur.edge_count > 0) {
 #pragma unroll
       for (int i = 0; i < V; ++i)
-        if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one(edge.v[i], scale, w, cur.edge_start + i);
+        if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one<Op>(edge.v[i], scale, shift, w, cur.edge_start + i);
     }
   }
 #ifdef NORMSCAN_CLUSTERS

@@ -36,7 +36,8 @@ template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB> st
 };
 
 template <typename T, typename Op, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) reduce_scale_strided_kernel(ReduceScaleArgs<T> a) {
+__global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_strided_kernel(
+    ReduceScaleArgs<T> a) {
   constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems, CPT = Cfg::kCpt, VI = Cfg::kVi;
   constexpr bool IN_REGS = Cfg::kInRegs;
   using A = acc_t<T>;
@@ -45,6 +46,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) reduce_scale_s
   constexpr int TILE = Cfg::kTile;
   constexpr bool PREFETCH = Cfg::template prefetches<T>();
   constexpr int NT = Cfg::kThreads;
+  constexpr bool SHIFTED = Op::kMaxShifted;  // two reductions a tile: the maxima, then the sums
+  struct Columns {
+    A v[CPT][VI];
+  };
+  // Scratch for the reductions: two buffers, alternate reductions alternating (a thread that
+  // writes one has passed the barrier after every read of the reduction before last).
   __shared__ A part[2][BY > 1 ? BY : 1][BY > 1 ? TILE : 1];
   extern __shared__ uint4 ahead[];  // PREFETCH: vector (c, k) of thread i at ahead[(c * HELD + k) * NT + i]
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * BX + tx;
@@ -89,12 +96,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) reduce_scale_s
     const int64_t o = tile / tiles_inner;
     const int64_t i0 = (tile % tiles_inner) * TILE + tx * VI;
     VT vals[CPT][HELD];
-    A sum[CPT][VI];
     if (PREFETCH) cp_async_wait_all();
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
-#pragma unroll
-      for (int v = 0; v < VI; ++v) sum[c][v] = A(0);
       if (IN_REGS && in_inner(tile, c)) {
         const T* p = column(tile, c);
 #pragma unroll
@@ -104,80 +108,104 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) reduce_scale_s
                                   : *reinterpret_cast<const VT*>(p);
       }
     }
+    // R over each of this thread's columns of f(value), across the block's threads along the
+    // reduced dim and the cluster's blocks, in scratch buffer `buf`. `after_local` runs once
+    // this thread's values are folded.
+    auto columns = [&](auto combine, int buf, auto f, auto after_local) {
+      using R = decltype(combine);
+      Columns acc;
 #pragma unroll
-    for (int c = 0; c < CPT; ++c) {
-      const int64_t i = i0 + c * BX * VI;
-      if (i >= a.view.inner) continue;
-      if (IN_REGS) {
+      for (int c = 0; c < CPT; ++c) {
 #pragma unroll
-        for (int k = 0; k < HELD; ++k)
-          if (k < count) {
+        for (int v = 0; v < VI; ++v) acc.v[c][v] = R::template identity<A>();
+        const int64_t i = i0 + c * BX * VI;
+        if (i >= a.view.inner) continue;
+        if (IN_REGS) {
 #pragma unroll
-            for (int v = 0; v < VI; ++v) sum[c][v] += Op::map(Convert<T>::to_acc(vals[c][k].v[v]));
-          }
-      } else {
-        const T* p = a.x + o * a.view.x_so + i * a.view.x_si + ty * a.view.x_sl;
+          for (int k = 0; k < HELD; ++k)
+            if (k < count) {
+#pragma unroll
+              for (int v = 0; v < VI; ++v) acc.v[c][v] = R::apply(acc.v[c][v], f(Convert<T>::to_acc(vals[c][k].v[v]), c, v));
+            }
+        } else {
+          const T* p = a.x + o * a.view.x_so + i * a.view.x_si + ty * a.view.x_sl;
 #pragma unroll 8
-        for (int64_t k = 0; k < count; ++k, p += x_step) {
-          const VT x = *reinterpret_cast<const VT*>(p);
+          for (int64_t k = 0; k < count; ++k, p += x_step) {
+            const VT x = *reinterpret_cast<const VT*>(p);
 #pragma unroll
-          for (int v = 0; v < VI; ++v) sum[c][v] += Op::map(Convert<T>::to_acc(x.v[v]));
+            for (int v = 0; v < VI; ++v) acc.v[c][v] = R::apply(acc.v[c][v], f(Convert<T>::to_acc(x.v[v]), c, v));
+          }
         }
       }
-    }
-    if (PREFETCH) prefetch(tile + tile_step);  // the sums have consumed every value read from the slots
-    if (BY > 1) {
+      after_local();
+      if (BY > 1) {
 #pragma unroll
-      for (int c = 0; c < CPT; ++c)
+        for (int c = 0; c < CPT; ++c)
 #pragma unroll
-        for (int v = 0; v < VI; ++v) part[parity][ty][(tx + c * BX) * VI + v] = sum[c][v];
-    }
-    if (BY > 1 && csize == 1) {
-      __syncthreads();
-#pragma unroll
-      for (int c = 0; c < CPT; ++c)
-#pragma unroll
-        for (int v = 0; v < VI; ++v) {
-          sum[c][v] = A(0);
-#pragma unroll
-          for (int j = 0; j < BY; ++j) sum[c][v] += part[parity][j][(tx + c * BX) * VI + v];
-        }
-    }
-#ifdef NORMSCAN_CLUSTERS
-    if constexpr (CLUSTERED) {
-      if (csize > 1) {
-        // Each block pushes its column sums into every block of the cluster: remote stores
-        // do not wait, and after the barrier every read is local. Double-buffered: a block
-        // can be at most one tile ahead of the cluster's readers.
-        __syncthreads();  // part[parity] is complete
-        for (int j = tid; j < TILE; j += NT) {
-          A col = A(0);
-#pragma unroll
-          for (int k = 0; k < BY; ++k) col += part[parity][k][j];
-          for (int r = 0; r < csize; ++r) *cg::this_cluster().map_shared_rank(&cta_sum[parity][crank][j], r) = col;
-        }
-        cg::this_cluster().sync();
+          for (int v = 0; v < VI; ++v) part[buf][ty][(tx + c * BX) * VI + v] = acc.v[c][v];
+      }
+      if (BY > 1 && csize == 1) {
+        __syncthreads();
 #pragma unroll
         for (int c = 0; c < CPT; ++c)
 #pragma unroll
           for (int v = 0; v < VI; ++v) {
-            sum[c][v] = A(0);
-            for (int r = 0; r < csize; ++r) sum[c][v] += cta_sum[parity][r][(tx + c * BX) * VI + v];
+            acc.v[c][v] = R::template identity<A>();
+#pragma unroll
+            for (int j = 0; j < BY; ++j) acc.v[c][v] = R::apply(acc.v[c][v], part[buf][j][(tx + c * BX) * VI + v]);
           }
       }
-    }
+#ifdef NORMSCAN_CLUSTERS
+      if constexpr (CLUSTERED) {
+        if (csize > 1) {
+          // Each block pushes its column results into every block of the cluster: remote
+          // stores do not wait, and after the barrier every read is local. Double-buffered: a
+          // block can be at most one tile ahead of the cluster's readers.
+          __syncthreads();  // part[buf] is complete
+          for (int j = tid; j < TILE; j += NT) {
+            A col = R::template identity<A>();
+#pragma unroll
+            for (int k = 0; k < BY; ++k) col = R::apply(col, part[buf][k][j]);
+            for (int r = 0; r < csize; ++r)
+              *cg::this_cluster().map_shared_rank(&cta_sum[buf][crank][j], r) = col;
+          }
+          cg::this_cluster().sync();
+#pragma unroll
+          for (int c = 0; c < CPT; ++c)
+#pragma unroll
+            for (int v = 0; v < VI; ++v) {
+              acc.v[c][v] = R::template identity<A>();
+              for (int r = 0; r < csize; ++r)
+                acc.v[c][v] = R::apply(acc.v[c][v], cta_sum[buf][r][(tx + c * BX) * VI + v]);
+            }
+        }
+      }
 #endif
+      return acc;
+    };
+    // The prefetch waits until every value read from the slots is consumed.
+    auto prefetch_next = [&] {
+      if (PREFETCH) prefetch(tile + tile_step);
+    };
+    Columns shift{};
+    if constexpr (SHIFTED) {
+      shift = columns(MaxOp{}, 0, [](A x, int, int) { return x; }, prefetch_next);
+    }
+    const Columns sum = columns(SumOp{}, SHIFTED ? 1 : parity, [&](A x, int c, int v) { return Op::map(shifted<Op>(x, shift.v[c][v])); },
+                                [&] {
+                                  if (!SHIFTED) prefetch_next();
+                                });
 #pragma unroll
     for (int c = 0; c < CPT; ++c) {
       const int64_t i = i0 + c * BX * VI;
       if (i >= a.view.inner) continue;
       A scale[VI];
 #pragma unroll
-      for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum[c][v], a.view.length, a.eps);
+      for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum.v[c][v], a.view.length, a.eps);
       auto scale_vec = [&](const VT& x, int64_t l) {
         VT out;
 #pragma unroll
-        for (int v = 0; v < VI; ++v) out.v[v] = scale_one(x.v[v], scale[v], a.w, l);
+        for (int v = 0; v < VI; ++v) out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, l);
         return out;
       };
       T* q = a.y + o * a.view.y_so + i * a.view.y_si + (l0 + ty) * a.view.y_sl;

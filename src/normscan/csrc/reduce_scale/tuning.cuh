@@ -3,6 +3,8 @@
 // tools/tune.py, which builds variants side by side; the defaults are the measured best.
 #pragma once
 
+#include <type_traits>
+
 #include "rows.cuh"
 #include "strided.cuh"
 
@@ -11,6 +13,9 @@
 #endif
 #ifndef NORMSCAN_ROWS_HELD  // vectors per thread, registers and shared memory, for long rows
 #define NORMSCAN_ROWS_HELD 16
+#endif
+#ifndef NORMSCAN_ROWS_PIPELINE  // 1: clustered rows fill the next row's slots during their stores
+#define NORMSCAN_ROWS_PIPELINE 1
 #endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
@@ -44,10 +49,16 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // and 10, spill; other types 4). Shared memory halves the cluster a long row needs, and
 // clusters of 2 fill every block slot of an H100, where clusters of 4 left 16 of 264 empty.
 // 32768x65535 (KernelBench 38, 39): 97.9% of copy.
-template <typename T>
+// fp32 softmaxes fill the next row's slots during the stores: KernelBench 23 5.83 -> 5.61
+// ms, 24 5.72 -> 5.39 ms; the norms' 38 and 39 5.782 -> 5.804 ms, and their 16-bit kernels
+// spill with it.
+template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
-                               NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true>;
-constexpr int kRowsMaxCluster = 8;
+                               NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
+                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted>;
+// Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks):
+// KernelBench 23's and 24's rows of 393216 floats take 12.
+constexpr int kRowsMaxCluster = 16;
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row.
 constexpr int kRereadBlock = 512;
@@ -77,6 +88,12 @@ template <typename T> using StridedCluster = StridedConfig<32, 8, 64 / kStridedR
 // Longer columns are read twice (the second time partly from L2).
 template <typename T> using StridedVecReread = StridedConfig<32, 8, 1, false, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
 using StridedReread = StridedConfig<32, 32, 1, false, 1, 1, 1>;
+// Max-shifted ops have no 1024-thread blocks: their doubles spill there (min_blocks in
+// ops.cuh), and their 16-bit rows of 32768 ran at 73-78% of copy on one such block a SM
+// (their exps keep the reductions long): they take the cluster's block instead.
+template <typename T, typename Op> constexpr bool kThousandThreads = !Op::kMaxShifted;
+template <typename T, typename Op>
+using StridedRereadOf = std::conditional_t<kThousandThreads<T, Op>, StridedReread, StridedConfig<32, 16, 1, false, 1, 1, 1>>;
 constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
 
 }  // namespace normscan
