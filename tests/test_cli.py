@@ -215,3 +215,20 @@ def test_table_figures():
     rows = bench.table_rows(_rows(), 3000.0)
     assert rows[0][:3] == ["39_L2Norm_", "float32", "5.900"]
     assert rows[0][6] == "97.1%" and rows[0][7] == "1.71x" and rows[0][8] == "2.32x"
+
+
+def test_a_peer_that_refuses_an_entry_is_noted_and_the_rest_timed():
+    """A peer's own limit (Liger's softmax refuses rows over 65536) is the entry's note, not
+    the run's end; ours or a baseline raising still ends it."""
+    def refuse(x, w):
+        raise RuntimeError("n = 131072 exceeds the recommended Triton blocksize = 65536.\nmore")
+    eager = lambda x, w: torch.softmax(x, -1)  # noqa: E731
+    entry = timing.Entry("softmax (4, 8)", "softmax", (4, 8), torch.float32, -1,
+                         baselines={"eager": eager, "compile": eager, "refuser": refuse})
+    row, = timing.run_entries([entry], bench.ours, repeat=2, rounds=1, device="cpu")
+    assert row.peer_errors == {"refuser": "RuntimeError: n = 131072 exceeds the recommended Triton blocksize = 65536."}
+    assert set(row.ms) == {"normscan", "eager", "compile"}
+    broken = timing.Entry("softmax (4, 8)", "softmax", (4, 8), torch.float32, -1,
+                          baselines={"eager": refuse, "compile": eager})
+    with pytest.raises(RuntimeError, match="exceeds"):
+        timing.run_entries([broken], bench.ours, repeat=2, rounds=1, device="cpu")

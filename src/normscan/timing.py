@@ -72,6 +72,7 @@ class Row:
     correct: bool
     rounds_ms: dict[str, list[float]] = field(default_factory=dict)  # every round's median, per implementation
     warmup_ms: dict[str, float] = field(default_factory=dict)  # the warm-up round's, not in `ms`
+    peer_errors: dict[str, str] = field(default_factory=dict)  # peers that refused the entry, with why
 
 
 @functools.cache
@@ -206,6 +207,7 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
                 fn = torch.compile(fn, dynamic=False)
             fns[name] = fn
         warmup: dict[str, float] = {}
+        peer_errors: dict[str, str] = {}
         per_round: dict[str, list[float]] = {name: [] for name in fns}
         names = list(fns)
         for r in range(rounds + 1):
@@ -219,7 +221,15 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
                 timed = {name: training(fn, entry.mode, xs, w, grad) for name, fn in fns.items()}
             first = r % len(names)
             for name in names[first:] + names[:first]:
-                t = time_ms(timed[name], xs, w, repeat)
+                if name in peer_errors:
+                    continue
+                try:
+                    t = time_ms(timed[name], xs, w, repeat)
+                except Exception as err:  # a peer's limit (a row too long for it) is its note, not our failure
+                    if r > 0 or name in ("normscan", "eager", "compile"):
+                        raise
+                    peer_errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                    continue
                 if r == 0:
                     warmup[name] = t
                 else:
@@ -227,7 +237,7 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
             del xs, timed
             if device == "cuda":
                 torch.cuda.empty_cache()
-        ms = {name: statistics.median(times) for name, times in per_round.items()}
+        ms = {name: statistics.median(times) for name, times in per_round.items() if times}
         rows.append(Row(entry.label, entry.op, list(entry.shape), str(entry.dtype).replace("torch.", ""),
-                        entry.bytes_moved, ms, error, bound, ok, per_round, warmup))
+                        entry.bytes_moved, ms, error, bound, ok, per_round, warmup, peer_errors))
     return rows

@@ -158,6 +158,9 @@ def main(args: argparse.Namespace) -> int:
     print_table(HEADERS, table_rows(rows, copy_gbs))
     for name, why in catalogue.peers()[1].items():
         print(f"peer {name} not installed, not timed ({why})")
+    for r in rows:
+        for name, why in r.peer_errors.items():
+            print(f"peer {name} refused {r.label}, not timed there ({why})")
     print(f"wrote {args.out / 'bench.json'}" + (f" and {args.out / 'bench.png'}" if plotted else
                                                    " (no plot: matplotlib is not installed)"))
     return 0 if all(r.correct for r in rows) else 1
