@@ -34,23 +34,14 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
     using Cluster = RowsCluster<T, Op>;
     const int max_cluster = d.major >= 9 ? kRowsMaxCluster : 1;
     if (nvec <= Cluster::kVecsPerBlock * max_cluster) {
-      int cluster = static_cast<int>(ceil_div(nvec, Cluster::kVecsPerBlock));
-      if (cluster > kMaxPortableCluster) {
-        // A non-portable size: of those that hold the row, the one whose co-resident clusters
-        // fill the most block slots (a GPC's SMs need not be a multiple of the size); none
-        // may run, and then the row is read twice.
-        int64_t most = 0;
-        int best = 0;
-        for (int c = cluster; c <= kRowsMaxCluster; ++c) {
-          int64_t fit = 0;
-          err = resident_units<reduce_scale_rows_kernel<T, Op, Cluster>>(dim3(Cluster::kBlock), c, Cluster::kSmemBytes,
-                                                                          &fit);
-          if (err != cudaSuccess) return err;
-          if (fit * c > most) most = fit * c, best = c;
-        }
-        cluster = best;
+      const int cluster = static_cast<int>(ceil_div(nvec, Cluster::kVecsPerBlock));
+      int64_t fit = 1;
+      if (cluster > kMaxPortableCluster) {  // a non-portable size the device may not run: then read twice
+        err = resident_units<reduce_scale_rows_kernel<T, Op, Cluster>>(dim3(Cluster::kBlock), cluster,
+                                                                        Cluster::kSmemBytes, &fit);
+        if (err != cudaSuccess) return err;
       }
-      if (cluster > 0) return launch_rows<T, Op, Cluster>(a, cluster, stream);
+      if (fit > 0) return launch_rows<T, Op, Cluster>(a, cluster, stream);
     }
   }
   if (aligned)

@@ -56,8 +56,10 @@ template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
                                NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
                                NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted>;
-// Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks):
-// KernelBench 23's and 24's rows of 393216 floats take 12.
+// Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks),
+// the fewest that hold the row: KernelBench 23's and 24's rows of 393216 floats take 12
+// (5.19 and 5.15 ms; the size from 12 to 16 whose resident clusters filled the most block
+// slots ran 5.61 and 5.39).
 constexpr int kRowsMaxCluster = 16;
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row.
