@@ -182,7 +182,7 @@ def test_json_record_and_plot(tmp_path):
         assert key in loaded
     row = loaded["rows"][0]
     assert set(row) == {"label", "op", "shape", "dtype", "bytes", "ms", "error", "bound", "correct", "rounds_ms",
-                        "warmup_ms"}
+                        "warmup_ms", "peer_errors"}
     assert set(row["ms"]) >= {"normscan", "eager", "compile"}
     assert plotted and (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -228,7 +228,7 @@ def _build_into(name: str, family: str, source: str, capability: tuple[int, int]
     tmp = root / f"{name}.tmp{os.getpid()}"
     tmp.mkdir()
     _ensure_visible_logging()
-    log.info("building the %s kernels for sm_%d%d (first use of that family; this takes about a minute) in %s",
+    log.info("building the %s kernels for sm_%d%d (first use of that family; this takes a minute or two) in %s",
              family, capability[0], capability[1], final)
     start = time.perf_counter()
     module = _compile(name, family, source, capability, tmp)
