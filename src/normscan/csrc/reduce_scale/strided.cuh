@@ -1,5 +1,6 @@
-// Strided reduce-then-scale (inner > 1): y = x * scale(sum over each column) [* w], the
-// reduced dim strided, threads along inner (coalesced).
+// Strided reduce-then-scale (inner > 1): y = apply(x, scale(sum over each column)) [* w], the
+// reduced dim strided, threads along inner (coalesced); a max-shifted op (softmax) reduces
+// each column's maximum first, then its sum of exp(x - maximum).
 //
 // A block is BX threads along inner by BY threads along the reduced dim. Thread tx takes
 // CPT groups of VI adjacent positions along inner, groups BX * VI apart: VI > 1 reads them
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
         if (csize > 1) {
           // Each block pushes its column results into every block of the cluster: remote
           // stores do not wait, and after the barrier every read is local. Double-buffered: a
-          // block can be at most one tile ahead of the cluster's readers.
+          // block can be at most one reduction ahead of the cluster's readers.
           __syncthreads();  // part[buf] is complete
           for (int j = tid; j < TILE; j += NT) {
             A col = R::template identity<A>();
