@@ -158,3 +158,11 @@ def test_compiled_model_backward_has_no_graph_break():
         for g, e in zip(got, exact):
             error, mismatch = testing.rel_error(g, e)
             assert not mismatch and error <= testing.NORM_BOUNDS[torch.float32], error
+
+
+@pytest.mark.parametrize("name,dim,kwargs", CASES + [("softmax", 1, {}), ("log_softmax", -1, {})])
+def test_gradgradcheck_through_the_custom_op_on_cpu(name, dim, kwargs):
+    """A backward that must be differentiable (create_graph) takes the composite with a graph:
+    second derivatives in x and the weight, and in the incoming gradient."""
+    fn = lambda x, *w: _call("custom op", name, x, dim, kwargs, w[0] if w else None)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, _inputs(name, dim, "cpu"))

@@ -220,6 +220,20 @@ def test_opcheck_every_op_on_cpu():
     assert run_opchecks("cpu") == []
 
 
+def test_opcheck_every_backward_op_on_cpu():
+    """normscan::<name>_backward, with and without the weight's gradient, on the same samples."""
+    failures = []
+    for name, (x, dim, *args) in opcheck_samples("cpu"):
+        spec = REGISTRY[name]
+        grad = torch.randn_like(x)
+        for param_grads in [False, True] if spec.takes("weight") and args[spec.params.index("weight")] is not None \
+                else [False]:
+            result = torch.library.opcheck(spec.backward_op, (grad, x.detach(), dim, *args, param_grads))
+            if any(v != "SUCCESS" for v in result.values()):
+                failures.append((name, tuple(x.shape), param_grads, result))
+    assert failures == []
+
+
 @pytest.mark.gpu
 def test_opcheck_every_op_on_cuda():
     assert run_opchecks("cuda") == []

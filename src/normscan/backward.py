@@ -9,15 +9,18 @@ Fused:
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
   (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass.
 
-Elsewhere (cumprod, strided norms, rows longer than a cluster holds, and a backward that must
-itself be differentiable): ``torch.func.vjp`` of the reference at the saved inputs (16-bit
-in float32), which keeps PyTorch's special cases, such as cumprod's zeros.
+Elsewhere (softmax, log_softmax, cumprod, strided norms, rows longer than a cluster holds,
+and a backward that must itself be differentiable): PyTorch's autograd of the reference at
+the saved inputs (16-bit in float32), which keeps PyTorch's special cases, such as cumprod's
+zeros.
 
 Each returns ``[dx]``, then the gradients of the op's tensor arguments (the weight) when
 ``param_grads``.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -28,21 +31,41 @@ def _tensor_args(args) -> list[int]:
     return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
 
-def composite(spec, grad: torch.Tensor, x: torch.Tensor, dim: int, args: list, param_grads: bool) -> list:
-    """PyTorch's gradient of the reference expression (differentiable in turn), dx laid out
-    as the fused kernels lay it out (view.output_like)."""
+# The autograd keys a custom op's implementation runs without (it is dispatched below
+# autograd), included again around the composite so that autograd records it.
+_AUTOGRAD_KEYS = [torch._C.DispatchKey.ADInplaceOrView, torch._C.DispatchKey.AutogradFunctionality,
+                  torch._C.DispatchKey.AutogradOther]
+
+
+@contextlib.contextmanager
+def _autograd_recording():
+    with contextlib.ExitStack() as stack:
+        for key in _AUTOGRAD_KEYS:
+            stack.enter_context(torch._C._SetExcludeDispatchKeyGuard(key, False))
+        stack.enter_context(torch.enable_grad())
+        yield
+
+
+def composite(spec, grad: torch.Tensor, x: torch.Tensor, dim: int, args: list, param_grads: bool, *,
+              create_graph: bool = False) -> list:
+    """PyTorch's gradient of the reference expression, dx laid out as the fused kernels lay it
+    out (view.output_like); differentiable in turn with ``create_graph``. torch.autograd.grad
+    of the expression recomputed from the inputs (torch.func.vjp read storage-less tensors
+    under torch.library.opcheck's dispatch modes)."""
     args = list(args)
     at = _tensor_args(args) if param_grads else []
     fn = reference.in_float32(spec.reference)
-
-    def of(primal, *tensor_args):
-        for i, t in zip(at, tensor_args):
-            args[i] = t
-        return fn(primal, dim, *args)
-    _, vjp = torch.func.vjp(of, x, *(args[i] for i in at))
-    dx, *rest = vjp(grad)
+    # A differentiable gradient keeps the inputs' own graphs; otherwise fresh leaves.
+    primals = [t if create_graph and t.requires_grad else t.detach().requires_grad_()
+               for t in [x, *(args[i] for i in at)]]
+    for i, t in zip(at, primals[1:]):
+        args[i] = t
+    with _autograd_recording():
+        dx, *rest = torch.autograd.grad(fn(primals[0], dim, *args), primals, grad, create_graph=create_graph)
     like = view.output_like(x)
-    if dx.stride() != like.stride():
+    # A copy where the layout differs, or where autograd passed the gradient itself on (a
+    # scan of one element): an op's output may not alias its input.
+    if dx.stride() != like.stride() or dx.untyped_storage().data_ptr() == grad.untyped_storage().data_ptr():
         dx = like.copy_(dx)
     return [dx, *rest]
 

@@ -248,7 +248,7 @@ class OpSpec:
             args[i] = t
         param_grads = any(ctx.needs_input_grad[2 + i] for i in ctx.tensor_at)
         if torch.is_grad_enabled():
-            grads = backward_impl.composite(self, grad, x, ctx.dim, args, param_grads)
+            grads = backward_impl.composite(self, grad, x, ctx.dim, args, param_grads, create_graph=True)
         else:
             grads = self.backward_op(grad, x, ctx.dim, *args, param_grads)
         out = [None] * (2 + len(args))
