@@ -177,31 +177,26 @@ class OpSpec:
     problems: tuple                # problems.Problem, the KernelBench problems it solves
     doc: str
 
-    def checked(self, x, dim, args) -> tuple[int, list]:
-        """The arguments validated: dim wrapped, the rest as the kernels take them."""
+    def checked(self, x, dim, args) -> tuple[torch.Tensor, int, list]:
+        """The arguments validated: dim wrapped, the rest as the kernels take them; x converted
+        to a `dtype` argument, which is then spent (None): autograd sees the conversion, and
+        the kernel x's new dtype."""
         check_input(self.name, x)
         dim = wrap_dim(self.name, dim, x.dim())
-        return dim, [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
+        args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
+        if "dtype" in self.params and args[self.params.index("dtype")] is not None:
+            i = self.params.index("dtype")
+            x, args[i] = x.to(args[i]), None
+        return x, dim, args
 
     def call(self, x, dim, *args) -> torch.Tensor:
         """The public function's body: validate, then compute where x lives."""
-        dim, args = self.checked(x, dim, args)
-        x, args = self.converted(x, args)
+        x, dim, args = self.checked(x, dim, args)
         if x.device.type == "cpu":
             return self.on_cpu(x, dim, *args)
         if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
             return self.custom_op(x, dim, *args)  # through the dispatcher, where its autograd is
         return self.launch(x, dim, *args)
-
-    def converted(self, x: torch.Tensor, args: list) -> tuple[torch.Tensor, list]:
-        """x converted to a `dtype` argument (checked: None or another dtype), and the arguments
-        with it spent (None): autograd sees the conversion, and the kernel x's new dtype."""
-        if "dtype" not in self.params:
-            return x, args
-        i = self.params.index("dtype")
-        if args[i] is None:
-            return x, args
-        return x.to(args[i]), [None if j == i else a for j, a in enumerate(args)]
 
     def on_cpu(self, x: torch.Tensor, dim: int, *args) -> torch.Tensor:
         """The reference expression, 16-bit inputs in float32 (differentiable as it stands)."""
@@ -220,14 +215,12 @@ class OpSpec:
 
     def launch_checked(self, x, dim, *args) -> torch.Tensor:
         """The custom op's CUDA implementation: the checks, then the kernel."""
-        dim, args = self.checked(x, dim, args)
-        x, args = self.converted(x, args)
+        x, dim, args = self.checked(x, dim, args)
         return self.launch(x, dim, *args)
 
     def on_cpu_checked(self, x, dim, *args) -> torch.Tensor:
         """The custom op's CPU implementation: the checks, then the reference."""
-        dim, args = self.checked(x, dim, args)
-        x, args = self.converted(x, args)
+        x, dim, args = self.checked(x, dim, args)
         return self.on_cpu(x, dim, *args)
 
     # Backward (backward.py): the inputs are saved, nothing more (the kernels recompute each

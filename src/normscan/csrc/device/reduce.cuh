@@ -1,22 +1,24 @@
 // Associative operators, and reductions over a warp and over groups of warps of a block.
 #pragma once
 
-#include <type_traits>
-
 #include "types.cuh"
 
 namespace normscan {
 
+// kCostly: a combine is dear (block_group_reduce then shares a group's combines across lanes).
 struct SumOp {
+  static constexpr bool kCostly = false;
   template <typename A> static __device__ __forceinline__ A identity() { return A(0); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a + b; }
 };
 // A NaN wins (unlike fmax's), so that it reaches every result that depends on it.
 struct MaxOp {
+  static constexpr bool kCostly = false;
   template <typename A> static __device__ __forceinline__ A identity() { return -A(INFINITY); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a > b || a != a ? a : b; }
 };
 struct ProdOp {
+  static constexpr bool kCostly = false;
   template <typename A> static __device__ __forceinline__ A identity() { return A(1); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a * b; }
 };
@@ -29,6 +31,7 @@ template <typename A> struct MaxSum {
 // exp(x - m) terms rescaled to the larger maximum. A NaN or a +inf maximum gives a NaN sum,
 // as the terms themselves would.
 struct MaxSumOp {
+  static constexpr bool kCostly = true;  // two exps
   template <typename P> static __device__ __forceinline__ P identity() {
     return P{MaxOp::identity<decltype(P::max)>(), 0};
   }
@@ -73,7 +76,7 @@ __device__ __forceinline__ A block_group_reduce(A v, A* scratch, int first, Warp
   if (GROUP_WARPS > 1) {
     if (me.lane == 0) scratch[me.warp] = v;
     __syncthreads();
-    if constexpr (std::is_same<Op, MaxSumOp>::value) {  // a combine costs two exps: lanes share them
+    if constexpr (Op::kCostly) {  // each lane takes one warp's value, then the warp reduces
       v = me.lane < GROUP_WARPS ? scratch[first + me.lane] : Op::template identity<A>();
       v = warp_reduce<Op>(v);
     } else {

@@ -46,9 +46,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr int GROUPS = BLOCK / TPR;
   constexpr int WARPS_PER_ROW = TPR / 32;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
-  __shared__ A warp_part[2][BLOCK / 32];  // double-buffered: one barrier per row
-  __shared__ A cta_part[2];
   constexpr bool SHIFTED = Op::kMaxShifted;  // reduces MaxSum pairs instead (map is exp)
+  __shared__ A warp_part[2][SHIFTED ? 1 : BLOCK / 32];  // double-buffered: one barrier per row
+  __shared__ A cta_part[2];
   __shared__ MaxSum<A> warp_stat[2][SHIFTED ? BLOCK / 32 : 1];
   __shared__ MaxSum<A> cta_stat[2];
   extern __shared__ uint4 held[];
