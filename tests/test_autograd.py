@@ -11,7 +11,8 @@ from normscan.registry import REGISTRY
 CASES = [("l2_normalize", 1, {}), ("l2_normalize", 0, {}), ("l2_normalize", -1, {}), ("l1_normalize", -1, {}),
          ("rms_norm", 1, {}),
          ("rms_norm", -1, {"eps": 0.1}), ("cumprod", 1, {}), ("cumprod", 0, {"reverse": True}),
-         ("cumsum", 1, {"exclusive": True}), ("cumsum", -1, {"reverse": True, "exclusive": True})]
+         ("cumsum", 1, {"exclusive": True}), ("cumsum", -1, {"reverse": True, "exclusive": True}),
+         ("softmax", 1, {}), ("softmax", 0, {}), ("log_softmax", -1, {})]
 
 
 def _call(path, name, x, dim, kwargs, weight):
@@ -160,7 +161,7 @@ def test_compiled_model_backward_has_no_graph_break():
             assert not mismatch and error <= testing.NORM_BOUNDS[torch.float32], error
 
 
-@pytest.mark.parametrize("name,dim,kwargs", CASES + [("softmax", 1, {}), ("log_softmax", -1, {})])
+@pytest.mark.parametrize("name,dim,kwargs", CASES)
 def test_gradgradcheck_through_the_custom_op_on_cpu(name, dim, kwargs):
     """A backward that must be differentiable (create_graph) takes the composite with a graph:
     second derivatives in x and the weight, and in the incoming gradient."""
