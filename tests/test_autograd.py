@@ -12,15 +12,21 @@ CASES = [("l2_normalize", 1, {}), ("l2_normalize", 0, {}), ("l2_normalize", -1, 
          ("rms_norm", 1, {}),
          ("rms_norm", -1, {"eps": 0.1}), ("cumprod", 1, {}), ("cumprod", 0, {"reverse": True}),
          ("cumsum", 1, {"exclusive": True}), ("cumsum", -1, {"reverse": True, "exclusive": True}),
-         ("softmax", 1, {}), ("softmax", 0, {}), ("log_softmax", -1, {})]
+         ("softmax", 1, {}), ("softmax", 0, {}), ("log_softmax", -1, {}), ("frobenius_normalize", None, {})]
+
+
+def _dim(name, dim):
+    """dim as the op takes it: None for a whole-tensor op."""
+    return None if REGISTRY[name].whole else dim
 
 
 def _call(path, name, x, dim, kwargs, weight):
     spec = REGISTRY[name]
     given = dict(kwargs, weight=weight)
     if path == "custom op":
-        return spec.custom_op(x, dim, *spec.args(given))
-    return getattr(normscan, name)(x, dim, **{k: v for k, v in given.items() if k in spec.params})
+        return spec.custom_op(*spec.op_inputs(x, _dim(name, dim), spec.args(given)))
+    dims = () if spec.whole else (dim,)
+    return getattr(normscan, name)(x, *dims, **{k: v for k, v in given.items() if k in spec.params})
 
 
 def _inputs(name, dim, device):
@@ -61,7 +67,7 @@ def test_special_values_get_pytorchs_gradient(device):
         a = x.clone().requires_grad_()
         b = x.clone().requires_grad_()
         ours, = torch.autograd.grad(_call("custom op", name, a, 1, {}, None), a, g)
-        theirs, = torch.autograd.grad(spec.reference(b, 1, *spec.args({})), b, g)
+        theirs, = torch.autograd.grad(spec.expression(b, _dim(name, 1), *spec.args({})), b, g)
         if device == "cpu" or name == "cumprod":
             assert torch.equal(ours.nan_to_num(1e300, 2e300, -2e300), theirs.nan_to_num(1e300, 2e300, -2e300)), name
         else:
@@ -100,7 +106,7 @@ def test_low_precision_gradients_within_twice_pytorchs_error(name, dtype):
         inputs = [x.detach().requires_grad_()] + ([w.detach().requires_grad_()] if w is not None else [])
         return torch.autograd.grad(fn(*inputs), inputs, g.to(inputs[0].dtype))
 
-    expression = lambda x, *w: spec.reference(x, -1, *spec.args({"weight": w[0] if w else None}))  # noqa: E731
+    expression = lambda x, *w: spec.expression(x, _dim(name, -1), *spec.args({"weight": w[0] if w else None}))  # noqa: E731
     exact = grads(expression, x.double(), None if w is None else w.double())
     theirs = grads(expression, x, w)
     ours = grads(lambda x, *w: _call("public", name, x, -1, {}, w[0] if w else None), x, w)

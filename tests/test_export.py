@@ -30,7 +30,9 @@ def _strip(code):
 
 
 def test_problems_are_the_declared_ones():
-    assert sorted(PROBLEMS) == ["23_Softmax", "24_LogSoftmax", "36_RMSNorm_", "38_L1Norm_", "39_L2Norm_", "90_cumprod"]
+    assert sorted(PROBLEMS) == ["23_Softmax", "24_LogSoftmax", "36_RMSNorm_", "37_FrobeniusNorm_", "38_L1Norm_",
+                                "39_L2Norm_", "90_cumprod"]
+    assert PROBLEMS["37_FrobeniusNorm_"].kwargs() == {} and PROBLEMS["37_FrobeniusNorm_"].tensors == 3
     assert PROBLEMS["36_RMSNorm_"].kwargs() == {"dim": 1, "eps": 1e-5}
     assert PROBLEMS["90_cumprod"].kwargs(0) == {"dim": 0}
 

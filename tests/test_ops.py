@@ -15,10 +15,12 @@ from normscan import ops, reference, view
 from normscan.registry import REGISTRY, declare
 
 ALL_OPS = list(REGISTRY)
+DIM_OPS = [name for name, spec in REGISTRY.items() if not spec.whole]  # those that take a dim
 
 
 def call(name, x, dim, **kwargs):
-    return getattr(normscan, name)(x, dim, **kwargs)
+    """The public function; dim is dropped for a whole-tensor op."""
+    return getattr(normscan, name)(x, *(() if REGISTRY[name].whole else (dim,)), **kwargs)
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
@@ -30,7 +32,7 @@ def test_unsupported_dtype_names_given_and_supported(name, dtype):
     assert name in msg and str(dtype) in msg and "float32, float16, bfloat16, float64" in msg
 
 
-@pytest.mark.parametrize("name", ALL_OPS)
+@pytest.mark.parametrize("name", DIM_OPS)
 @pytest.mark.parametrize("dim", [2, -3, 17])
 def test_dim_out_of_range_is_index_error_like_pytorch(name, dim):
     x = torch.randn(3, 4)
@@ -41,7 +43,7 @@ def test_dim_out_of_range_is_index_error_like_pytorch(name, dim):
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("name", ALL_OPS)
+@pytest.mark.parametrize("name", DIM_OPS)
 def test_dim_is_taken_as_pytorch_takes_it(name):
     """Anything with __index__ (numpy integers, 0-d integer tensors), not bool or float."""
     x = torch.randn(3, 4)
@@ -166,7 +168,7 @@ def test_public_functions_have_their_declared_signature_and_doc():
     for name, spec in REGISTRY.items():
         fn = getattr(normscan, name)
         assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc
-        assert list(inspect.signature(fn).parameters) == ["x", "dim", *spec.params]
+        assert list(inspect.signature(fn).parameters) == ["x", *([] if spec.whole else ["dim"]), *spec.params]
     assert inspect.signature(normscan.cumsum).parameters["reverse"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
@@ -174,6 +176,10 @@ def test_a_declaration_outside_the_conventions_is_refused():
     with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim, then any of eps, weight"):
         @declare(family="scan", functor="SumOp", reference=reference.cumsum)
         def bad(x, dim, alpha=1.0):
+            """-"""
+    with pytest.raises(TypeError, match=r"or \(x, then those\) for an op over every element"):
+        @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize)
+        def bad1(x, axis=0):
             """-"""
     with pytest.raises(ValueError, match="lists no functor NoSuchOp"):
         @declare(family="scan", functor="NoSuchOp", reference=reference.cumsum)
@@ -187,7 +193,7 @@ def test_fake_tensor_shapes_and_strides():
     with FakeTensorMode():
         x = torch.empty(2, 3, 4, 5, device="cuda").permute(0, 2, 3, 1)
         for name, spec in REGISTRY.items():
-            y = spec.custom_op(x, 3, *spec.args({}))
+            y = spec.custom_op(*spec.op_inputs(x, None if spec.whole else 3, spec.args({})))
             assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype, name
 
 
@@ -200,11 +206,12 @@ def opcheck_samples(device: str):
                 flag_sets += [{"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}]
             if spec.takes("weight"):
                 flag_sets += [{"weight": torch.rand(5, dtype=dtype, device=device) + 0.5, "eps": 1e-3}]
+            dim = (lambda d: None) if spec.whole else (lambda d: d)
             for given in flag_sets:  # x requires grad: the autograd registration is checked too
                 x = torch.randn(3, 5, 4, dtype=dtype, device=device, requires_grad=True)
-                yield name, (x, 1, *spec.args(given))
-            yield name, (torch.randn((), dtype=dtype, device=device), 0, *spec.args({}))
-            yield name, (torch.randn(6, 9, dtype=dtype, device=device)[:, ::2], 1, *spec.args({}))
+                yield name, spec.op_inputs(x, dim(1), spec.args(given))
+            yield name, spec.op_inputs(torch.randn((), dtype=dtype, device=device), dim(0), spec.args({}))
+            yield name, spec.op_inputs(torch.randn(6, 9, dtype=dtype, device=device)[:, ::2], dim(1), spec.args({}))
 
 
 def run_opchecks(device):
@@ -223,12 +230,13 @@ def test_opcheck_every_op_on_cpu():
 def test_opcheck_every_backward_op_on_cpu():
     """normscan::<name>_backward, with and without the weight's gradient, on the same samples."""
     failures = []
-    for name, (x, dim, *args) in opcheck_samples("cpu"):
+    for name, inputs in opcheck_samples("cpu"):
         spec = REGISTRY[name]
+        x, dim, args = spec.from_op_inputs(inputs)
         grad = torch.randn_like(x)
         for param_grads in [False, True] if spec.takes("weight") and args[spec.params.index("weight")] is not None \
                 else [False]:
-            result = torch.library.opcheck(spec.backward_op, (grad, x.detach(), dim, *args, param_grads))
+            result = torch.library.opcheck(spec.backward_op, (grad, *spec.op_inputs(x.detach(), dim, args), param_grads))
             if any(v != "SUCCESS" for v in result.values()):
                 failures.append((name, tuple(x.shape), param_grads, result))
     assert failures == []

@@ -242,10 +242,15 @@ void run_case(const Case& c, Flush& flush, int rounds, int reps, uint64_t seed) 
       CHECK(scan_workspace_bytes(sa, &ws));
       if (ws) CHECK(cudaMalloc(&workspace, ws));
     }
+    // The reduce-scale launches' partial statistics: allocated at the first call, kept.
+    auto alloc = [&](size_t bytes) {
+      if (!workspace) CHECK(cudaMalloc(&workspace, bytes));
+      return workspace;
+    };
     auto launch = [&] {
       cudaError_t err = cudaSuccess;
       if (scan) with_scan_op(op, [&](auto f) { err = launch_scan<T, decltype(f)>(sa, workspace, 0); });
-      else with_reduce_scale_op(op, [&](auto f) { err = launch_reduce_scale<T, decltype(f)>(ra, 0); });
+      else with_reduce_scale_op(op, [&](auto f) { err = launch_reduce_scale<T, decltype(f)>(ra, 0, alloc); });
       CHECK(err);
     };
     launch();  // the checked call: y was poisoned

@@ -54,7 +54,7 @@ def composite(spec, grad: torch.Tensor, x: torch.Tensor, dim: int, args: list, p
     under torch.library.opcheck's dispatch modes)."""
     args = list(args)
     at = _tensor_args(args) if param_grads else []
-    fn = reference.in_float32(spec.reference)
+    fn = reference.in_float32(spec.expression)
     # A differentiable gradient keeps the inputs' own graphs; otherwise fresh leaves.
     primals = [t if create_graph and t.requires_grad else t.detach().requires_grad_()
                for t in [x, *(args[i] for i in at)]]

@@ -85,16 +85,15 @@ def peers() -> tuple[dict[str, dict], dict[str, str]]:
 CPU_ELEMENTS = 1 << 18
 
 
-def _entry(label: str, spec: OpSpec, shape, dtype, dim: int, kwargs: dict | None = None, weight: bool = False,
-           with_peers: bool = False, mode: str = "forward") -> Entry:
+def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict | None = None, weight: bool = False,
+           with_peers: bool = False, mode: str = "forward", tensors: int = 2) -> Entry:
     kwargs = dict(kwargs or {})
 
     def eager(x, w):
-        return spec.reference(x, dim, *spec.args(dict(kwargs, weight=w)))
+        return spec.expression(x, dim, *spec.args(dict(kwargs, weight=w)))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))
-    tensors = 2
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
         tensors = backward + (2 if mode == "forward+backward" else 0)
@@ -108,8 +107,8 @@ def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
     for p in all_problems().values():
         if ops is None or p.op in ops:
             kwargs = p.kwargs()
-            dim = kwargs.pop("dim")
-            out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs))
+            dim = kwargs.pop("dim", None)  # None: a whole-tensor op
+            out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs, tensors=p.tensors))
     return out
 
 
@@ -170,12 +169,13 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
     return out
 
 
-def reduced_shape(shape: tuple[int, ...], dim: int, budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
+def reduced_shape(shape: tuple[int, ...], dim: int | None, budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
     """A shape of at most `budget` elements for a CPU run: the op's dim cut to at most 4096
-    first (it still reduces or scans over many elements), then the largest other dims halved."""
+    first (it still reduces or scans over many elements), then the largest other dims halved
+    (the largest of all for a whole-tensor op, dim None)."""
     out = list(shape)
-    d = dim % len(out)
-    while out[d] > 4096:
+    d = None if dim is None else dim % len(out)
+    while d is not None and out[d] > 4096:
         out[d] = (out[d] + 1) // 2
     while math.prod(out) > budget:
         i = max((i for i in range(len(out)) if i != d), key=lambda i: out[i], default=d)

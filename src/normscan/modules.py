@@ -11,7 +11,7 @@ from torch import nn
 
 from . import ops
 
-__all__ = ["L2Norm", "L1Norm", "RMSNorm", "Softmax", "LogSoftmax", "CumProd", "CumSum"]
+__all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "Softmax", "LogSoftmax", "CumProd", "CumSum"]
 
 
 class L2Norm(nn.Module):
@@ -74,6 +74,14 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, dim={self.dim}, elementwise_affine={self.weight is not None}"
+
+
+class FrobeniusNorm(nn.Module):
+    """``x / torch.norm(x, p='fro')`` over every element (KernelBench 37_FrobeniusNorm_'s
+    ``Model()``): :func:`normscan.frobenius_normalize`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.frobenius_normalize(x)
 
 
 class _Softmax(nn.Module):

@@ -2,10 +2,12 @@
 kernel family and functor, its reference, and its KernelBench problems (registry.py says
 what is derived from a declaration).
 
-Every op reduces or scans one dim of any tensor, in one pass over memory: float32, float16,
-bfloat16 (accumulated in fp32) and float64; any rank, dim (negative too) and strides. Strided
-inputs are read where they lie; only a layout whose other dims fold into more than two runs
-of constant stride is copied first. The output has x's layout when x is dense, else it is
+Every op but frobenius_normalize reduces or scans one dim of any tensor, in one pass over
+memory: float32, float16, bfloat16 (accumulated in fp32) and float64; any rank, dim (negative
+too) and strides. Strided inputs are read where they lie; only a layout whose other dims fold
+into more than two runs of constant stride is copied first. frobenius_normalize reduces every
+element: a dense input (any permutation of contiguous) is read where it lies, any other is
+copied first. The output has x's layout when x is dense, else it is
 contiguous. CPU tensors are computed by the reference expression (16-bit ones in float32).
 Every op is differentiable in x (and rms_norm in its weight), with PyTorch's semantics: a
 fused backward kernel for the norms over rows (the reduced dim contiguous) and for cumsum,
@@ -55,6 +57,18 @@ def rms_norm(x: torch.Tensor, dim: int = 1, eps: float | None = 1e-5,
     ``eps=None`` takes ``torch.finfo(x.dtype).eps``, as ``F.rms_norm`` does. 16-bit inputs are
     squared and summed in fp32 (PyTorch's own fp16 ``x ** 2`` overflows above 256). eps=0 with
     a zero row gives NaN, as the expression does. A non-contiguous weight is copied (one row).
+    """
+
+
+@declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize,
+         problems=(Problem("37_FrobeniusNorm_", (112, 64, 512, 512), init="", call="", tensors=3),))
+def frobenius_normalize(x: torch.Tensor) -> torch.Tensor:
+    """``x / torch.norm(x, p='fro')``: x over the square root of the sum of squares of all its
+    elements.
+
+    A tensor that a block or a thread-block cluster holds on chip is read once; a larger one
+    twice (every element is needed before the first output), then written. A zero tensor gives
+    NaN, as the expression does.
     """
 
 

@@ -9,7 +9,6 @@ of them (``call``, as source): 36_RMSNorm_'s ``Model(num_features, eps=1e-5)`` i
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,6 +22,9 @@ class Problem:
     init: str               # its Model's constructor parameters, as source
     call: str               # the op's keyword arguments after x, from those parameters, as source
     init_inputs: tuple = ()  # its get_init_inputs()
+    # Full-tensor reads and writes the fewest of any implementation at its size: x read once
+    # and y written once, or x read twice where the output needs every element first.
+    tensors: int = 2
     op: str = ""            # the normscan op (filled in by its declaration)
 
     @functools.cached_property
@@ -47,11 +49,6 @@ class Problem:
     def make_input(self, device: str = "cuda", dtype: torch.dtype = torch.float32, shape=None) -> torch.Tensor:
         """KernelBench's input distribution (torch.rand)."""
         return torch.rand(shape or self.shape, device=device, dtype=dtype)
-
-    @property
-    def bytes_moved(self) -> int:
-        """Fewest bytes any implementation moves at fp32: x read once, y written once."""
-        return 2 * 4 * math.prod(self.shape)
 
     @property
     def inputs_source(self) -> str:

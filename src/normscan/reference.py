@@ -30,6 +30,10 @@ def rms_norm(x: torch.Tensor, dim: int = 1, eps: float = 1e-5, weight: torch.Ten
     return y
 
 
+def frobenius_normalize(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.norm(x, p="fro")
+
+
 def softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     return torch.softmax(x, dim, dtype=dtype)
 

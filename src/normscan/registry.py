@@ -176,13 +176,16 @@ class OpSpec:
     values: str                    # the distribution testing.py draws its inputs from
     problems: tuple                # problems.Problem, the KernelBench problems it solves
     doc: str
+    # Reduces every element (its signature has no dim): internally its dim is None, the
+    # whole tensor one row in x's memory order (view.fold).
+    whole: bool = False
 
     def checked(self, x, dim, args) -> tuple[torch.Tensor, int, list]:
         """The arguments validated: dim wrapped, the rest as the kernels take them; x converted
         to a `dtype` argument, which is then spent (None): autograd sees the conversion, and
         the kernel x's new dtype."""
         check_input(self.name, x)
-        dim = wrap_dim(self.name, dim, x.dim())
+        dim = None if self.whole else wrap_dim(self.name, dim, x.dim())
         args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
         if "dtype" in self.params and args[self.params.index("dtype")] is not None:
             i = self.params.index("dtype")
@@ -195,12 +198,25 @@ class OpSpec:
         if x.device.type == "cpu":
             return self.on_cpu(x, dim, *args)
         if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
-            return self.custom_op(x, dim, *args)  # through the dispatcher, where its autograd is
+            return self.custom_op(*self.op_inputs(x, dim, args))  # through the dispatcher, where its autograd is
         return self.launch(x, dim, *args)
 
     def on_cpu(self, x: torch.Tensor, dim: int, *args) -> torch.Tensor:
         """The reference expression, 16-bit inputs in float32 (differentiable as it stands)."""
-        return reference.in_float32(self.reference)(x, dim, *args)
+        return reference.in_float32(self.expression)(x, dim, *args)
+
+    def expression(self, x: torch.Tensor, dim: int | None, *args) -> torch.Tensor:
+        """The reference on (x, dim, *args), whether or not the op has a dim."""
+        return self.reference(x, *args) if self.whole else self.reference(x, dim, *args)
+
+    def op_inputs(self, x, dim, args) -> tuple:
+        """(x, dim, *args) as the custom op takes them: without dim for a whole-tensor op."""
+        return (x, *args) if self.whole else (x, dim, *args)
+
+    def from_op_inputs(self, inputs) -> tuple:
+        """The custom op's inputs as (x, dim, args)."""
+        x, *rest = inputs
+        return (x, None, rest) if self.whole else (x, rest[0], rest[1:])
 
     @staticmethod
     def _wants_grad(x: torch.Tensor, args) -> bool:
@@ -213,14 +229,14 @@ class OpSpec:
             self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **dict(zip(self.params, args)))
         return y
 
-    def launch_checked(self, x, dim, *args) -> torch.Tensor:
+    def launch_checked(self, *inputs) -> torch.Tensor:
         """The custom op's CUDA implementation: the checks, then the kernel."""
-        x, dim, args = self.checked(x, dim, args)
+        x, dim, args = self.checked(*self.from_op_inputs(inputs))
         return self.launch(x, dim, *args)
 
-    def on_cpu_checked(self, x, dim, *args) -> torch.Tensor:
+    def on_cpu_checked(self, *inputs) -> torch.Tensor:
         """The custom op's CPU implementation: the checks, then the reference."""
-        x, dim, args = self.checked(x, dim, args)
+        x, dim, args = self.checked(*self.from_op_inputs(inputs))
         return self.on_cpu(x, dim, *args)
 
     # Backward (backward.py): the inputs are saved, nothing more (the kernels recompute each
@@ -228,7 +244,7 @@ class OpSpec:
     # has one for the layout; a backward that must itself be differentiable (create_graph)
     # takes PyTorch's gradient of the reference.
     def save_for_backward(self, ctx, inputs, output) -> None:
-        x, dim, *args = inputs
+        x, dim, args = self.from_op_inputs(inputs)
         ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at))
         ctx.dim = dim
@@ -239,36 +255,40 @@ class OpSpec:
         args = list(ctx.args)
         for i, t in zip(ctx.tensor_at, tensors):
             args[i] = t
-        param_grads = any(ctx.needs_input_grad[2 + i] for i in ctx.tensor_at)
+        first = 1 if self.whole else 2  # the first argument after (x, dim) among the inputs
+        param_grads = any(ctx.needs_input_grad[first + i] for i in ctx.tensor_at)
         if torch.is_grad_enabled():
             grads = backward_impl.composite(self, grad, x, ctx.dim, args, param_grads, create_graph=True)
         else:
-            grads = self.backward_op(grad, x, ctx.dim, *args, param_grads)
-        out = [None] * (2 + len(args))
+            grads = self.backward_op(grad, *self.op_inputs(x, ctx.dim, args), param_grads)
+        out = [None] * (first + len(args))
         out[0] = grads[0] if ctx.needs_input_grad[0] else None
         for i, g in zip(ctx.tensor_at if param_grads else [], grads[1:]):
-            out[2 + i] = g if ctx.needs_input_grad[2 + i] else None
+            out[first + i] = g if ctx.needs_input_grad[first + i] else None
         return tuple(out)
 
-    def gradients(self, grad, x, dim, *args) -> list:
+    def gradients(self, grad, *inputs) -> list:
         """The backward custom op's implementation: [dx, then the tensor arguments' gradients
         when the last argument (param_grads) is true]."""
-        *args, param_grads = args
+        *inputs, param_grads = inputs
+        x, dim, args = self.from_op_inputs(inputs)
         if x.is_cuda:
             fused = self.family.backward(self, grad, x, dim, args, param_grads)
             if fused is not None:
                 return fused
         return backward_impl.composite(self, grad, x, dim, args, param_grads)
 
-    def output_like(self, x, dim, *args) -> torch.Tensor:
+    def output_like(self, *inputs) -> torch.Tensor:
         """The custom op's fake: the output's shape, dtype and layout."""
+        x, dim, args = self.from_op_inputs(inputs)
         if "dtype" in self.params and args[self.params.index("dtype")] is not None:
             return view.output_like(x).to(args[self.params.index("dtype")])
         return view.output_like(x)
 
-    def gradients_like(self, grad, x, dim, *args) -> list:
+    def gradients_like(self, grad, *inputs) -> list:
         """The backward custom op's fake: the gradients' shapes and layouts."""
-        *args, param_grads = args
+        *inputs, param_grads = inputs
+        x, dim, args = self.from_op_inputs(inputs)
         params = [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor)] if param_grads else []
         return [view.output_like(x), *params]
 
@@ -282,15 +302,14 @@ class OpSpec:
 
     @property
     def schema(self) -> str:
-        return "(" + ", ".join(["Tensor x", "int dim"] + self._param_schema()) + ") -> Tensor"
+        return "(" + ", ".join(self._input_schema()) + ") -> Tensor"
 
     @property
     def backward_schema(self) -> str:
-        return "(" + ", ".join(["Tensor grad", "Tensor x", "int dim"] + self._param_schema() + ["bool param_grads"]) + \
-            ") -> Tensor[]"
+        return "(" + ", ".join(["Tensor grad", *self._input_schema(), "bool param_grads"]) + ") -> Tensor[]"
 
-    def _param_schema(self) -> list[str]:
-        return [f"{PARAMS[n].schema} {n}" for n in self.params]
+    def _input_schema(self) -> list[str]:
+        return ["Tensor x"] + ([] if self.whole else ["int dim"]) + [f"{PARAMS[n].schema} {n}" for n in self.params]
 
     def takes(self, param: str) -> bool:
         return param in self.params
@@ -313,19 +332,21 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
     def wrap(stub: Callable) -> Callable:
         signature = inspect.signature(stub)
         names = list(signature.parameters)
-        if names[:2] != ["x", "dim"] or any(n not in PARAMS for n in names[2:]):
-            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim, then any of {', '.join(PARAMS)}); "
-                            f"got {names}")
+        whole = names[1:2] != ["dim"]
+        first = 1 if whole else 2
+        if names[:1] != ["x"] or any(n not in PARAMS for n in names[first:]):
+            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim, then any of {', '.join(PARAMS)}), or "
+                            f"(x, then those) for an op over every element; got {names}")
         if list(inspect.signature(reference).parameters) != names:
             raise TypeError(f"{stub.__name__}: the reference's parameters {list(inspect.signature(reference).parameters)} "
                             f"differ from the op's {names}")
         ids = FAMILIES[family].functor_ids()
         if functor not in ids:
             raise ValueError(f"{stub.__name__}: csrc/{family}/ops.cuh lists no functor {functor} ({', '.join(ids)})")
-        spec = OpSpec(stub.__name__, FAMILIES[family], functor, ids[functor], reference, tuple(names[2:]),
+        spec = OpSpec(stub.__name__, FAMILIES[family], functor, ids[functor], reference, tuple(names[first:]),
                       {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty},
                       values, tuple(dataclasses.replace(p, op=stub.__name__) for p in problems),
-                      inspect.getdoc(stub) or "")
+                      inspect.getdoc(stub) or "", whole)
         _define_custom_op(spec)
         REGISTRY[spec.name] = spec
         PUBLIC.append(spec.name)
@@ -351,7 +372,7 @@ def _define_custom_op(spec: OpSpec) -> None:
 
 def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature) -> Callable:
     """A function with the stub's exact signature (so Python binds its arguments, with its own
-    errors, at no cost) whose body is spec.call."""
+    errors, at no cost) whose body is spec.call (dim None for a whole-tensor op)."""
     params, namespace = [], {"_call": spec.call}
     for i, p in enumerate(signature.parameters.values()):
         if p.kind is p.KEYWORD_ONLY and "*" not in params:
@@ -361,7 +382,9 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
         else:
             namespace[f"_default{i}"] = p.default
             params.append(f"{p.name}=_default{i}")
-    source = f"def {spec.name}({', '.join(params)}):\n    return _call({', '.join(signature.parameters)})\n"
+    names = list(signature.parameters)
+    call = ", ".join(names[:1] + ["None"] + names[1:] if spec.whole else names)
+    source = f"def {spec.name}({', '.join(params)}):\n    return _call({call})\n"
     exec(compile(source, f"<normscan.{spec.name}>", "exec"), namespace)
     return functools.update_wrapper(namespace[spec.name], stub)
 

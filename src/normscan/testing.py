@@ -36,10 +36,12 @@ class Case:
     name: str
     op: str                      # the op's public name (a key of the registry)
     make: Callable[[str], torch.Tensor]  # device -> input
-    dim: int
+    dim: int | None                      # None: a whole-tensor op
     kwargs: dict = field(default_factory=dict)  # the op's arguments after dim, but for weight
     with_weight: bool = False
-    sample: tuple[int, int] | None = None  # (dim, count): check only these slices (huge inputs)
+    # (dim, count): check only these slices (huge inputs; a whole-tensor op's reference is
+    # still taken over every element)
+    sample: tuple[int, int] | None = None
 
     @property
     def spec(self) -> OpSpec:
@@ -153,7 +155,34 @@ def cases(ops: list[str] | None = None, quick: bool = False, huge: bool = True) 
     out: list[Case] = []
     for spec in REGISTRY.values():
         if ops is None or spec.name in ops:
-            out += _op_cases(spec, quick, huge)
+            out += _whole_cases(spec, quick, huge) if spec.whole else _op_cases(spec, quick, huge)
+    return out
+
+
+# A whole-tensor op's shapes: on chip (a block, a cluster), then split across blocks.
+WHOLE_SHAPES = [(), (1,), (7,), (3, 33), (5, 1000), (64, 4099), (4, 65537)]
+LONG_WHOLE_SHAPES = [(1_000_003,), (3, 5, (1 << 22) + 5)]
+
+
+def _whole_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
+    op, dist = spec.name, spec.values
+    out: list[Case] = []
+    shapes = WHOLE_SHAPES + ([] if quick else LONG_WHOLE_SHAPES)
+    for dtype in DTYPES:
+        for shape in shapes if dtype == torch.float32 else dict.fromkeys(shapes[::2] + shapes[-1:]):
+            out.append(Case(f"{op} {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), None))
+    for vname, (v, shape, _) in VIEWS.items():
+        out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), None))
+    out.append(Case(f"{op} offset, split across blocks", op,
+                    maker(((1 << 21) + 3,), torch.float32, dist, view=lambda x: x[1:]), None))
+    for d in ["uniform", "mixed", "large", "tiny"]:
+        out.append(Case(f"{op} {d} (64, 4099)", op, maker((64, 4099), torch.float32, d), None))
+    out.append(Case(f"{op} zero tensor", op, maker((4, 515), torch.float32, dist, specials=lambda x: x.zero_()), None))
+    out.append(Case(f"{op} inf/nan", op, maker((4, 515), torch.float32, dist, specials=_inf_nan), None))
+    out.append(Case(f"{op} empty", op, maker((0, 17), torch.float32, dist), None))
+    if huge and not quick:  # more than 2**31 elements: 64-bit offsets
+        out.append(Case(f"{op} >2**31 (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), None,
+                        sample=(0, 6)))
     return out
 
 
@@ -215,6 +244,10 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     return out
 
 
+def _wrapped(dim: int | None, x: torch.Tensor) -> int | None:
+    return None if dim is None else dim % max(x.dim(), 1)
+
+
 def _dt(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -246,7 +279,7 @@ def _args(case: Case, weight: torch.Tensor | None) -> list:
 
 def run_op(case: Case, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
     """The op; on CUDA into ``out`` when given (and x's layout folds), else through the public API."""
-    spec, dim = case.spec, case.dim % max(x.dim(), 1)
+    spec, dim = case.spec, _wrapped(case.dim, x)
     if x.is_cuda and out is not None and view.fold(x, out, dim) is not None:
         return spec.launch(x, dim, *_args(case, weight), out=out)
     return spec.call(x, case.dim, *_args(case, weight))
@@ -255,7 +288,7 @@ def run_op(case: Case, x: torch.Tensor, weight: torch.Tensor | None, out: torch.
 def check(case: Case, device: str = "cuda") -> Result:
     spec = case.spec
     x = case.make(device)
-    dim = case.dim % max(x.dim(), 1)
+    dim = _wrapped(case.dim, x)
     weight = None
     if case.with_weight:
         weight = (torch.rand(x.shape[dim] if x.dim() else 1, device=device) + 0.5).to(x.dtype)
@@ -266,24 +299,27 @@ def check(case: Case, device: str = "cuda") -> Result:
     y = run_op(case, x, weight, out)
     if x.is_cuda:
         torch.cuda.synchronize()
-    detail = ""
+    detail, ref = "", None
+    wide = None if weight is None else weight.double()
     if case.sample is not None:
         sdim, count = case.sample
         if not bool(x.isnan().any()) and bool(y.isnan().any()):
             return Result(case, _dt(x.dtype), tuple(x.shape), math.inf, 0.0, False, "unwritten elements")
         n = x.shape[sdim]
         idx = torch.unique(torch.cat([torch.tensor([0, n - 1]), torch.randint(0, n, (count,))])).to(device)
+        if spec.whole:  # every element makes each output: the reference of the whole, then sampled
+            ref = spec.expression(x.double(), dim, *_args(case, wide)).index_select(sdim, idx)
         x, y = x.index_select(sdim, idx), y.index_select(sdim, idx)
         detail = f"checked {len(idx)} slices of dim {sdim}; all written"
-    wide = None if weight is None else weight.double()
-    ref = spec.reference(x.double(), dim, *_args(case, wide))
+    if ref is None:
+        ref = spec.expression(x.double(), dim, *_args(case, wide))
     err, mismatch = rel_error(y, ref)
     if spec.family.name == "scan" and x.dtype == torch.float64:
         # The reference is itself float64, so PyTorch's error against it is 0: bound the gap
         # between two evaluation orders instead, (n - 1) roundings of a length-n scan.
         bound = max(1, x.shape[dim] - 1 if x.dim() else 0) * UNIT_ROUNDOFF[x.dtype]
     elif spec.family.name == "scan":  # no worse than 2x PyTorch's own error on the same input
-        theirs = spec.reference(x, dim, *_args(case, weight))
+        theirs = spec.expression(x, dim, *_args(case, weight))
         torch_err, _ = rel_error(theirs, ref)
         bound = max(2 * torch_err, 2 * UNIT_ROUNDOFF[x.dtype])
     else:  # and no worse than twice the exact result rounded once (16-bit subnormal outputs)

@@ -44,7 +44,7 @@ class Entry:
     op: str                  # the op's public name
     shape: tuple[int, ...]
     dtype: torch.dtype
-    dim: int
+    dim: int | None                              # None: a whole-tensor op
     kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for weight
     weight: bool = False
     baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, weight)
@@ -159,7 +159,7 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
         return torch.autograd.grad(f(*inputs) if len(inputs) > 1 else f(inputs[0], None), inputs, g.to(dtype))
 
     def expression(x, w):
-        return spec.reference(x, entry.dim, *spec.args(dict(entry.kwargs, weight=w)))
+        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, weight=w)))
     exact = grads(expression, torch.float64)
     theirs = grads(reference.in_float32(expression), entry.dtype)
     mine = grads(fn, entry.dtype)
@@ -178,7 +178,8 @@ def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, spec.values), entry.dim,
                         dict(entry.kwargs), with_weight=entry.weight)
     if math.prod(entry.shape) > 1 << 26:
-        case.sample = (next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape)), 32)
+        case.sample = (0 if entry.dim is None else
+                       next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape)), 32)
     r = testing.check(case, device)
     return r.error, r.bound, r.passed
 

@@ -45,10 +45,17 @@ def output_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def fold(x: torch.Tensor, y: torch.Tensor, dim: int) -> View | None:
+def fold(x: torch.Tensor, y: torch.Tensor, dim: int | None) -> View | None:
     """x and y (same shape) as one (outer, length, inner) view around ``dim``, or None if their
-    layouts do not fold into one."""
+    layouts do not fold into one. ``dim=None`` takes every element as one row, in memory
+    order: x dense and y laid out alike."""
     sizes = x.shape
+    if dim is None:
+        n = x.numel()
+        alike = all(sx == sy for size, sx, sy in zip(x.shape, x.stride(), y.stride()) if size != 1)
+        if n <= 1 or (alike and is_dense(x)):
+            return View(1, n, 1, n, 1, 1, n, 1, 1)
+        return None
     if sizes and x.is_contiguous() and y.is_contiguous():  # the common case, without fold_strides' sorting
         inner = math.prod(sizes[dim + 1:])
         length = sizes[dim]
@@ -87,8 +94,8 @@ def fold_strides(x: torch.Tensor, y: torch.Tensor, dim: int) -> View | None:
 
 
 def prepare(x: torch.Tensor, dim: int, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, View]:
-    """(x, y, view) for one launch. ``out`` (the checks pass a poisoned buffer) is used as y;
-    x's layout must then fold with it."""
+    """(x, y, view) for one launch around ``dim`` (None: every element). ``out`` (the checks
+    pass a poisoned buffer) is used as y; x's layout must then fold with it."""
     if out is not None:
         view = fold(x, out, dim)
         if view is None:
@@ -98,7 +105,8 @@ def prepare(x: torch.Tensor, dim: int, out: torch.Tensor | None = None) -> tuple
     y = output_like(x)
     view = fold(x, y, dim)
     if view is None:
-        # The one copy normscan makes: a layout whose other dims fold into more than two runs.
+        # The one copy normscan makes: a layout whose other dims fold into more than two runs
+        # (for a whole-tensor op: one that is not dense).
         x = x.contiguous()
         y = torch.empty_like(x)
         view = fold(x, y, dim)

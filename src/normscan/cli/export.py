@@ -60,10 +60,10 @@ class ModelNew(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kwargs = dict(self.kwargs)
-        dim = kwargs.pop("dim") % max(x.dim(), 1)
+        dim = kwargs.pop("dim", None)  # None: every element
         x = x.contiguous()
         y = torch.empty_like(x)
-        {launcher}(_ext, x, y, OP, fold(x, y, dim), **kwargs)
+        {launcher}(_ext, x, y, OP, fold(x, y, None if dim is None else dim % max(x.dim(), 1)), **kwargs)
         return y
 
 

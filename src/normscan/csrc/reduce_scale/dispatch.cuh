@@ -14,8 +14,29 @@ inline cudaError_t launch_rows(const ReduceScaleArgs<T>& a, int cluster, cudaStr
                                                              Cfg::kSmemBytes, stream, a);
 }
 
-template <typename T, typename Op>
-inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+// Rows read twice (reread.cuh): one block a row, or each row split across blocks where the
+// rows are too few to fill the GPU; the chunks' partial statistics in alloc(bytes).
+template <typename T, typename Op, int V, typename Alloc>
+inline cudaError_t launch_reread(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
+  constexpr auto reread = reduce_scale_reread_kernel<T, Op, kRereadBlock, V>;
+  int64_t resident = 0;
+  cudaError_t err = resident_units<reread>(dim3(kRereadBlock), 1, 0, &resident);
+  if (err != cudaSuccess) return err;
+  const RowChunks c = split_rows(a.view.outer, a.view.length / V, resident);
+  if (c.chunks == 1) return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
+  using Stat = RowStat<Op, acc_t<T>>;
+  const int64_t units = c.units(a.view.outer);
+  auto* part = static_cast<Stat*>(alloc(sizeof(Stat) * units));
+  if (part == nullptr) return cudaErrorMemoryAllocation;
+  err = launch_units<reduce_scale_split_sum_kernel<T, Op, kRereadBlock, V>>(Grid::PerUnit, dim3(kRereadBlock), 1,
+                                                                            units, 0, stream, a, c, part);
+  if (err != cudaSuccess) return err;
+  return launch_units<reduce_scale_split_scale_kernel<T, Op, kRereadBlock, V>>(
+      Grid::PerUnit, dim3(kRereadBlock), 1, units, 0, stream, a, c, static_cast<const Stat*>(part));
+}
+
+template <typename T, typename Op, typename Alloc>
+inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
   constexpr int V = vec16<T>();
   DeviceInfo d;
   cudaError_t err = device_info(&d);
@@ -44,11 +65,7 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
       if (fit > 0) return launch_rows<T, Op, Cluster>(a, cluster, stream);
     }
   }
-  if (aligned)
-    return launch_units<reduce_scale_reread_kernel<T, Op, kRereadBlock, V>>(Grid::PerUnit, dim3(kRereadBlock), 1,
-                                                                            a.view.outer, 0, stream, a);
-  return launch_units<reduce_scale_reread_kernel<T, Op, kRereadBlock, 1>>(Grid::PerUnit, dim3(kRereadBlock), 1,
-                                                                          a.view.outer, 0, stream, a);
+  return aligned ? launch_reread<T, Op, V>(a, stream, alloc) : launch_reread<T, Op, 1>(a, stream, alloc);
 }
 
 template <typename T, typename Op, typename Cfg>
@@ -68,10 +85,12 @@ inline cudaError_t launch_strided_cluster(const ReduceScaleArgs<T>& a, cudaStrea
   return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
 }
 
-template <typename T, typename Op>
-inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+// alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
+// cannot be had), for the partial statistics of rows split across blocks.
+template <typename T, typename Op, typename Alloc>
+inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
   if (a.view.empty()) return cudaSuccess;
-  if (a.view.rows()) return launch_reduce_scale_rows<T, Op>(a, stream);
+  if (a.view.rows()) return launch_reduce_scale_rows<T, Op>(a, stream, alloc);
   DeviceInfo d;
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;

@@ -1,10 +1,19 @@
 // Rows read twice: y = apply(x, scale(sum over the row)) [* w] for rows too long to hold on
-// chip, or whose x and y rows are aligned differently (then V == 1). One block per row: a
-// pass that sums, then a pass that scales, in V-element vectors. The second pass walks the
-// row backwards, so it starts with the lines the first pass read last: those most likely
-// still in L2. A max-shifted op keeps a running maximum with its sum in the first pass (the
-// sum rescaled when the maximum grows, once per UNROLL vectors), so it too reads x twice.
+// chip, or whose x and y rows are aligned differently (then V == 1), in V-element vectors: a
+// pass that sums, then a pass that scales. The scaling pass walks backwards, so it starts
+// with the lines the summing pass read last: those most likely still in L2.
+// - reduce_scale_reread_kernel: one block a row, for rows enough to fill the GPU.
+// - reduce_scale_split_sum_kernel, then reduce_scale_split_scale_kernel: each row's vectors
+//   split into chunks of one block each, for rows too few to fill it (KernelBench 37's one
+//   row of 1.9e9 floats). The first writes each chunk's partial statistic; the second
+//   combines its row's partials, every block of the row in the same order (the same bits),
+//   and scales its chunk, taking the chunks in reverse order (the last read, in L2, first).
+//   Chunk 0 also takes the row's unaligned edges.
+// A max-shifted op keeps a running maximum with its sum, rescaling the sum when the maximum
+// grows (once per kRereadUnroll vectors), so it too reads x twice.
 #pragma once
+
+#include <type_traits>
 
 #include "../device/memory.cuh"
 #include "../device/reduce.cuh"
@@ -12,99 +21,183 @@
 
 namespace normscan {
 
-// Max-shifted ops hold a maximum and rescale: up to 128 registers (at 64 they spill).
-template <typename T, typename Op, int BLOCK, int V>
-__global__ void __launch_bounds__(BLOCK, Op::kMaxShifted ? 1 : 2) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
-  using A = acc_t<T>;
-  using VT = Vec<T, V>;
-  constexpr int UNROLL = 4;  // vectors in flight per thread
-  constexpr bool SHIFTED = Op::kMaxShifted;  // reduces MaxSum pairs instead (map is exp)
-  __shared__ A warp_part[2][SHIFTED ? 1 : BLOCK / 32];
-  __shared__ MaxSum<A> warp_stat[2][SHIFTED ? BLOCK / 32 : 1];
-  const WarpPlace me = WarpPlace::of_thread();
-  int parity = 0;
-  for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x, parity ^= 1) {
-    const T* xr = a.x + row * a.view.x_so;
-    T* yr = a.y + row * a.view.y_so;
-    const RowSplit s = split_row<T, V>(xr, a.view.length);
-    const T* xb = xr + s.head;
-    // Edge element e (head, then tail; fewer than 2 * V) belongs to thread e.
-    const int head = static_cast<int>(s.head), edges = static_cast<int>(s.head + s.tail);
-    const int64_t edge_at = threadIdx.x < head ? threadIdx.x : s.nvec * V + threadIdx.x;
-    A sum = A(0);
-    // SHIFTED: shift is this thread's running maximum and sum is of map(x - shift), rescaled
-    // when the maximum grows; while shift is -inf every value seen was -inf, and adds nothing
-    // (their NaN, if the row's maximum is -inf too, comes from apply).
-    A shift = MaxOp::identity<A>();
-    // Adds `vals`, the first `n` of N of them.
-    auto add = [&](const auto& vals, int n) {
-      constexpr int N = sizeof(vals) / sizeof(vals[0]);
-      if constexpr (SHIFTED) {
-        A m = shift;
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-          if (i < n) m = MaxOp::apply(m, vals[i]);
-        if (!(m <= shift)) {
-          sum *= Op::map(shift - m);
-          shift = m;
-        }
-        if (shift == MaxOp::identity<A>()) return;
-      }
+constexpr int kRereadUnroll = 4;  // vectors in flight per thread
+
+// A row's statistic, as threads hold and combine it: the sum of map(x), or for max-shifted
+// ops the maximum with the sum of map(x - maximum).
+template <typename Op, typename A> using RowStat = std::conditional_t<Op::kMaxShifted, MaxSum<A>, A>;
+template <typename Op> using RowStatOp = std::conditional_t<Op::kMaxShifted, MaxSumOp, SumOp>;
+
+// One thread's running statistic of values of a row.
+template <typename Op, typename A> struct RowAccumulator {
+  A sum = A(0);
+  // Max-shifted: this thread's running maximum, sum being of map(x - shift). While it is
+  // -inf every value seen was -inf and adds nothing (their NaN, if the row's maximum is -inf
+  // too, comes from apply).
+  A shift = MaxOp::identity<A>();
+
+  // Adds the first n of vals.
+  template <int N> __device__ __forceinline__ void add(const A (&vals)[N], int n) {
+    if constexpr (Op::kMaxShifted) {
+      A m = shift;
 #pragma unroll
       for (int i = 0; i < N; ++i)
-        if (i < n) sum += Op::map(shifted<Op>(vals[i], shift));
-    };
-    if (threadIdx.x < edges) {
-      const A e[1] = {Convert<T>::to_acc(xr[edge_at])};
-      add(e, 1);
-    }
-    for (int64_t j = threadIdx.x; j < s.nvec; j += int64_t(BLOCK) * UNROLL) {
-      VT v[UNROLL];
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u)
-        if (j + u * BLOCK < s.nvec) v[u] = load_vec<T, V>(xb + (j + u * BLOCK) * V);
-      if constexpr (SHIFTED) {
-        A vals[UNROLL * V];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-          for (int i = 0; i < V; ++i) vals[u * V + i] = Convert<T>::to_acc(v[u].v[i]);
-        // The present vectors are the first ones.
-        add(vals, static_cast<int>(min64(UNROLL, (s.nvec - j + BLOCK - 1) / BLOCK)) * V);
-      } else {
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-          if (j + u * BLOCK < s.nvec) {
-#pragma unroll
-            for (int i = 0; i < V; ++i) sum += Op::map(Convert<T>::to_acc(v[u].v[i]));
-          }
+        if (i < n) m = MaxOp::apply(m, vals[i]);
+      if (!(m <= shift)) {
+        sum *= Op::map(shift - m);
+        shift = m;
       }
+      if (shift == MaxOp::identity<A>()) return;
     }
-    if constexpr (SHIFTED) {
-      const MaxSum<A> stat = block_group_reduce<MaxSumOp, BLOCK / 32>(MaxSum<A>{shift, sum}, warp_stat[parity], 0, me);
-      shift = stat.max;
-      sum = stat.sum;
-    } else {
-      sum = block_group_sum<BLOCK / 32>(sum, warp_part[parity], 0, me);
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (i < n) sum += Op::map(shifted<Op>(vals[i], shift));
+  }
+  __device__ __forceinline__ RowStat<Op, A> stat() const {
+    if constexpr (Op::kMaxShifted) return RowStat<Op, A>{shift, sum};
+    else return sum;
+  }
+};
+
+// A row's factor and shift (0 unless max-shifted) from its statistic.
+template <typename A> struct RowScale {
+  A scale, shift;
+};
+template <typename Op, typename A> __device__ __forceinline__ RowScale<A> row_scale(RowStat<Op, A> stat, int64_t n, double eps) {
+  if constexpr (Op::kMaxShifted) return RowScale<A>{Op::scale(stat.sum, n, eps), stat.max};
+  else return RowScale<A>{Op::scale(stat, n, eps), A(0)};
+}
+
+// A row as these kernels walk it: whole V-element vectors from xb / yb, and fewer than
+// 2 * V unaligned edge elements (head, then tail), edge e being thread e's.
+template <typename T, int V> struct RereadRow {
+  const T* xr;
+  T* yr;
+  RowSplit s;
+  __device__ __forceinline__ RereadRow(const ReduceScaleArgs<T>& a, int64_t row)
+      : xr(a.x + row * a.view.x_so), yr(a.y + row * a.view.y_so), s(split_row<T, V>(xr, a.view.length)) {}
+  __device__ __forceinline__ bool has_edge() const { return threadIdx.x < s.head + s.tail; }
+  __device__ __forceinline__ int64_t edge_at() const {
+    return threadIdx.x < s.head ? threadIdx.x : s.nvec * V + threadIdx.x;
+  }
+
+  // Adds this thread's edge element to acc (has_edge() only).
+  template <typename Op> __device__ __forceinline__ void add_edge(RowAccumulator<Op, acc_t<T>>& acc) const {
+    const acc_t<T> e[1] = {Convert<T>::to_acc(xr[edge_at()])};
+    acc.add(e, 1);
+  }
+  template <typename Op> __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const T* w) const {
+    yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, w, edge_at());
+  }
+
+  // Adds vectors [begin, end) to acc, BLOCK threads a stride.
+  template <int BLOCK, typename Op>
+  __device__ __forceinline__ void add_vectors(int64_t begin, int64_t end, RowAccumulator<Op, acc_t<T>>& acc) const {
+    constexpr int U = kRereadUnroll;
+    const T* xb = xr + s.head;
+    for (int64_t j = begin + threadIdx.x; j < end; j += int64_t(BLOCK) * U) {
+      Vec<T, V> v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j + u * BLOCK < end) v[u] = load_vec<T, V>(xb + (j + u * BLOCK) * V);
+      acc_t<T> vals[U * V];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < V; ++i) vals[u * V + i] = Convert<T>::to_acc(v[u].v[i]);
+      // The present vectors are the first ones.
+      acc.add(vals, static_cast<int>(min64(U, (end - j + BLOCK - 1) / BLOCK)) * V);
     }
-    const A scale = Op::scale(sum, a.view.length, a.eps);
-    if (threadIdx.x < edges) yr[edge_at] = scale_one<Op>(xr[edge_at], scale, shift, a.w, edge_at);
+  }
+
+  // Scales vectors [begin, end) into y, walking backwards.
+  template <int BLOCK, typename Op>
+  __device__ __forceinline__ void scale_vectors(int64_t begin, int64_t end, RowScale<acc_t<T>> rs, const T* w) const {
+    constexpr int U = kRereadUnroll;
+    const T* xb = xr + s.head;
     T* yb = yr + s.head;
-    for (int64_t j = s.nvec - 1 - threadIdx.x; j >= 0; j -= int64_t(BLOCK) * UNROLL) {
-      VT v[UNROLL];
+    for (int64_t j = end - 1 - threadIdx.x; j >= begin; j -= int64_t(BLOCK) * U) {
+      Vec<T, V> v[U];
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u)
-        if (j - u * BLOCK >= 0) v[u] = load_vec<T, V>(xb + (j - u * BLOCK) * V);
+      for (int u = 0; u < U; ++u)
+        if (j - u * BLOCK >= begin) v[u] = load_vec<T, V>(xb + (j - u * BLOCK) * V);
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u)
-        if (j - u * BLOCK >= 0) {
+      for (int u = 0; u < U; ++u)
+        if (j - u * BLOCK >= begin) {
           const int64_t l = s.head + (j - u * BLOCK) * V;
-          VT out;
+          Vec<T, V> out;
 #pragma unroll
-          for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], scale, shift, a.w, l + i);
+          for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], rs.scale, rs.shift, w, l + i);
           store_vec<T, V>(yb + (j - u * BLOCK) * V, out);
         }
     }
+  }
+};
+
+// Max-shifted ops hold a maximum and rescale: up to 128 registers (at 64 they spill).
+template <typename Op> constexpr int reread_min_blocks() { return Op::kMaxShifted ? 1 : 2; }
+
+template <typename T, typename Op, int BLOCK, int V>
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>()) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
+  using A = acc_t<T>;
+  __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
+  const WarpPlace me = WarpPlace::of_thread();
+  int parity = 0;
+  for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x, parity ^= 1) {
+    const RereadRow<T, V> r(a, row);
+    RowAccumulator<Op, A> acc;
+    if (r.has_edge()) r.add_edge(acc);
+    r.template add_vectors<BLOCK>(0, r.s.nvec, acc);
+    const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
+    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps);
+    if (r.has_edge()) r.template scale_edge<Op>(rs, a.w);
+    r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a.w);
+  }
+}
+
+// Each row's vectors in `chunks` chunks of `vecs` (the last one shorter); unit u is chunk
+// u % chunks of row u / chunks.
+struct RowChunks {
+  int64_t chunks, vecs;
+  __host__ __device__ int64_t units(int64_t rows) const { return rows * chunks; }
+};
+
+template <typename T, typename Op, int BLOCK, int V>
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
+    reduce_scale_split_sum_kernel(ReduceScaleArgs<T> a, RowChunks c, RowStat<Op, acc_t<T>>* part) {
+  using A = acc_t<T>;
+  __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
+  const WarpPlace me = WarpPlace::of_thread();
+  int parity = 0;
+  for (int64_t u = blockIdx.x; u < c.units(a.view.outer); u += gridDim.x, parity ^= 1) {
+    const int64_t chunk = u % c.chunks;
+    const RereadRow<T, V> r(a, u / c.chunks);
+    RowAccumulator<Op, A> acc;
+    if (chunk == 0 && r.has_edge()) r.add_edge(acc);
+    r.template add_vectors<BLOCK>(chunk * c.vecs, min64((chunk + 1) * c.vecs, r.s.nvec), acc);
+    const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
+    if (threadIdx.x == 0) part[u] = stat;
+  }
+}
+
+template <typename T, typename Op, int BLOCK, int V>
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
+    reduce_scale_split_scale_kernel(ReduceScaleArgs<T> a, RowChunks c, const RowStat<Op, acc_t<T>>* part) {
+  using A = acc_t<T>;
+  using Stat = RowStat<Op, A>;
+  __shared__ Stat warp_stat[2][BLOCK / 32];
+  const WarpPlace me = WarpPlace::of_thread();
+  int parity = 0;
+  const int64_t units = c.units(a.view.outer);
+  for (int64_t i = blockIdx.x; i < units; i += gridDim.x, parity ^= 1) {
+    const int64_t u = units - 1 - i, row = u / c.chunks, chunk = u % c.chunks;
+    Stat stat = RowStatOp<Op>::template identity<Stat>();
+    for (int64_t k = threadIdx.x; k < c.chunks; k += BLOCK) stat = RowStatOp<Op>::apply(stat, part[row * c.chunks + k]);
+    stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
+    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps);
+    const RereadRow<T, V> r(a, row);
+    if (chunk == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a.w);
+    r.template scale_vectors<BLOCK, Op>(chunk * c.vecs, min64((chunk + 1) * c.vecs, r.s.nvec), rs, a.w);
   }
 }
 

@@ -64,6 +64,18 @@ constexpr int kRowsMaxCluster = 16;
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row.
 constexpr int kRereadBlock = 512;
+// Such rows, fewer than the blocks the GPU holds at once: each split into chunks of one
+// block each, kSplitWaves blocks a resident slot in all (chunks of equal size finish
+// together; more chunks would spread a row's statistic over more partials), and no chunk
+// under kSplitMinVecs vectors (4 loop trips a thread).
+constexpr int64_t kSplitWaves = 4, kSplitMinVecs = int64_t(kRereadBlock) * kRereadUnroll * 4;
+inline RowChunks split_rows(int64_t rows, int64_t nvec, int64_t resident) {
+  if (rows >= resident) return RowChunks{1, nvec};
+  const int64_t chunks = min64(ceil_div(kSplitWaves * resident, rows), ceil_div(nvec, kSplitMinVecs));
+  if (chunks <= 1) return RowChunks{1, nvec};
+  const int64_t vecs = ceil_div(nvec, chunks);
+  return RowChunks{ceil_div(nvec, vecs), vecs};
+}
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
