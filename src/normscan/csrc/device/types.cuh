@@ -54,7 +54,7 @@ __device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
     return false;                                               \
   }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 }  // namespace normscan

@@ -15,24 +15,23 @@ inline cudaError_t launch_rows(const ReduceScaleArgs<T>& a, int cluster, cudaStr
 }
 
 // Rows read twice (reread.cuh): one block a row, or each row split across blocks where the
-// rows are too few to fill the GPU; the chunks' partial statistics in alloc(bytes).
+// rows are too few to fill the GPU; the parts' statistics in alloc(bytes).
 template <typename T, typename Op, int V, typename Alloc>
 inline cudaError_t launch_reread(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
   constexpr auto reread = reduce_scale_reread_kernel<T, Op, kRereadBlock, V>;
   int64_t resident = 0;
   cudaError_t err = resident_units<reread>(dim3(kRereadBlock), 1, 0, &resident);
   if (err != cudaSuccess) return err;
-  const RowChunks c = split_rows(a.view.outer, a.view.length / V, resident);
-  if (c.chunks == 1) return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
+  const RowSplitting c = split_rows(a.view.outer, a.view.length / V, resident);
+  if (c.parts == 1) return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
   using Stat = RowStat<Op, acc_t<T>>;
-  const int64_t units = c.units(a.view.outer);
-  auto* part = static_cast<Stat*>(alloc(sizeof(Stat) * units));
-  if (part == nullptr) return cudaErrorMemoryAllocation;
-  err = launch_units<reduce_scale_split_sum_kernel<T, Op, kRereadBlock, V>>(Grid::PerUnit, dim3(kRereadBlock), 1,
-                                                                            units, 0, stream, a, c, part);
+  auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * a.view.outer * c.parts));
+  if (stats == nullptr) return cudaErrorMemoryAllocation;
+  err = launch_units<reduce_scale_split_sum_kernel<T, Op, kRereadBlock, V>>(
+      Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.parts, 0, stream, a, c, stats);
   if (err != cudaSuccess) return err;
   return launch_units<reduce_scale_split_scale_kernel<T, Op, kRereadBlock, V>>(
-      Grid::PerUnit, dim3(kRereadBlock), 1, units, 0, stream, a, c, static_cast<const Stat*>(part));
+      Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, static_cast<const Stat*>(stats));
 }
 
 template <typename T, typename Op, typename Alloc>

@@ -3,12 +3,14 @@
 // pass that sums, then a pass that scales. The scaling pass walks backwards, so it starts
 // with the lines the summing pass read last: those most likely still in L2.
 // - reduce_scale_reread_kernel: one block a row, for rows enough to fill the GPU.
-// - reduce_scale_split_sum_kernel, then reduce_scale_split_scale_kernel: each row's vectors
-//   split into chunks of one block each, for rows too few to fill it (KernelBench 37's one
-//   row of 1.9e9 floats). The first writes each chunk's partial statistic; the second
-//   combines its row's partials, every block of the row in the same order (the same bits),
-//   and scales its chunk, taking the chunks in reverse order (the last read, in L2, first).
-//   Chunk 0 also takes the row's unaligned edges.
+// - reduce_scale_split_sum_kernel, then reduce_scale_split_scale_kernel: each row read by
+//   several blocks, for rows too few to fill the GPU (KernelBench 37's one row of 1.9e9
+//   floats). The first kernel's part p of a row's `parts` sums its tiles (one loop trip of
+//   the block each) p, p + parts, p + 2 parts, ..., so that the blocks at work read
+//   neighbouring tiles, and writes its statistic. The second scales spans of contiguous
+//   vectors, one block each, the last first (the last read, in L2), each combining its
+//   row's statistics in the same order (the same bits). Part and span 0 also take the row's
+//   unaligned edges.
 // A max-shifted op keeps a running maximum with its sum, rescaling the sum when the maximum
 // grows (once per kRereadUnroll vectors), so it too reads x twice.
 #pragma once
@@ -155,49 +157,51 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>()) reduce_scale_r
   }
 }
 
-// Each row's vectors in `chunks` chunks of `vecs` (the last one shorter); unit u is chunk
-// u % chunks of row u / chunks.
-struct RowChunks {
-  int64_t chunks, vecs;
-  __host__ __device__ int64_t units(int64_t rows) const { return rows * chunks; }
+// A split of rows across blocks: `parts` blocks sum a row (unit u: part u % parts of row
+// u / parts), `spans` blocks of `span` vectors each scale it (likewise).
+struct RowSplitting {
+  int64_t parts, spans, span;
 };
+template <int BLOCK> constexpr int64_t kRereadTile = int64_t(BLOCK) * kRereadUnroll;  // vectors
 
 template <typename T, typename Op, int BLOCK, int V>
 __global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
-    reduce_scale_split_sum_kernel(ReduceScaleArgs<T> a, RowChunks c, RowStat<Op, acc_t<T>>* part) {
+    reduce_scale_split_sum_kernel(ReduceScaleArgs<T> a, RowSplitting c, RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
+  constexpr int64_t TILE = kRereadTile<BLOCK>;
   __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
   const WarpPlace me = WarpPlace::of_thread();
   int parity = 0;
-  for (int64_t u = blockIdx.x; u < c.units(a.view.outer); u += gridDim.x, parity ^= 1) {
-    const int64_t chunk = u % c.chunks;
-    const RereadRow<T, V> r(a, u / c.chunks);
+  for (int64_t u = blockIdx.x; u < a.view.outer * c.parts; u += gridDim.x, parity ^= 1) {
+    const int64_t part = u % c.parts;
+    const RereadRow<T, V> r(a, u / c.parts);
     RowAccumulator<Op, A> acc;
-    if (chunk == 0 && r.has_edge()) r.add_edge(acc);
-    r.template add_vectors<BLOCK>(chunk * c.vecs, min64((chunk + 1) * c.vecs, r.s.nvec), acc);
+    if (part == 0 && r.has_edge()) r.add_edge(acc);
+    for (int64_t t = part; t * TILE < r.s.nvec; t += c.parts)
+      r.template add_vectors<BLOCK>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
-    if (threadIdx.x == 0) part[u] = stat;
+    if (threadIdx.x == 0) stats[u] = stat;
   }
 }
 
 template <typename T, typename Op, int BLOCK, int V>
 __global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
-    reduce_scale_split_scale_kernel(ReduceScaleArgs<T> a, RowChunks c, const RowStat<Op, acc_t<T>>* part) {
+    reduce_scale_split_scale_kernel(ReduceScaleArgs<T> a, RowSplitting c, const RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
   __shared__ Stat warp_stat[2][BLOCK / 32];
   const WarpPlace me = WarpPlace::of_thread();
   int parity = 0;
-  const int64_t units = c.units(a.view.outer);
+  const int64_t units = a.view.outer * c.spans;
   for (int64_t i = blockIdx.x; i < units; i += gridDim.x, parity ^= 1) {
-    const int64_t u = units - 1 - i, row = u / c.chunks, chunk = u % c.chunks;
+    const int64_t u = units - 1 - i, row = u / c.spans, span = u % c.spans;
     Stat stat = RowStatOp<Op>::template identity<Stat>();
-    for (int64_t k = threadIdx.x; k < c.chunks; k += BLOCK) stat = RowStatOp<Op>::apply(stat, part[row * c.chunks + k]);
+    for (int64_t k = threadIdx.x; k < c.parts; k += BLOCK) stat = RowStatOp<Op>::apply(stat, stats[row * c.parts + k]);
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps);
     const RereadRow<T, V> r(a, row);
-    if (chunk == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a.w);
-    r.template scale_vectors<BLOCK, Op>(chunk * c.vecs, min64((chunk + 1) * c.vecs, r.s.nvec), rs, a.w);
+    if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a.w);
+    r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a.w);
   }
 }
 

@@ -64,17 +64,20 @@ constexpr int kRowsMaxCluster = 16;
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row.
 constexpr int kRereadBlock = 512;
-// Such rows, fewer than the blocks the GPU holds at once: each split into chunks of one
-// block each, kSplitWaves blocks a resident slot in all (chunks of equal size finish
-// together; more chunks would spread a row's statistic over more partials), and no chunk
-// under kSplitMinVecs vectors (4 loop trips a thread).
-constexpr int64_t kSplitWaves = 4, kSplitMinVecs = int64_t(kRereadBlock) * kRereadUnroll * 4;
-inline RowChunks split_rows(int64_t rows, int64_t nvec, int64_t resident) {
-  if (rows >= resident) return RowChunks{1, nvec};
-  const int64_t chunks = min64(ceil_div(kSplitWaves * resident, rows), ceil_div(nvec, kSplitMinVecs));
-  if (chunks <= 1) return RowChunks{1, nvec};
-  const int64_t vecs = ceil_div(nvec, chunks);
-  return RowChunks{ceil_div(nvec, vecs), vecs};
+// Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
+// summing a row as fill the GPU (whole rows a wave: a second, part-filled wave would double
+// the time), each at least kSplitMinTiles tiles; spans of NORMSCAN_SPLIT_SPAN_TILES tiles
+// scaling it, one block each. KernelBench 37 (one row of 1.9e9 floats): contiguous chunks a
+// summing block 9.00 ms, interleaved tiles 7.69; spans of 64, 16, 4, 2 and 1 tiles 7.70,
+// 7.61, 7.46, 7.41 and 7.375 ms (torch.compile 7.37).
+#ifndef NORMSCAN_SPLIT_SPAN_TILES
+#define NORMSCAN_SPLIT_SPAN_TILES 1
+#endif
+constexpr int64_t kSplitMinTiles = 4;
+inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident) {
+  const int64_t tile = kRereadTile<kRereadBlock>, span = tile * NORMSCAN_SPLIT_SPAN_TILES;
+  const int64_t parts = rows >= resident ? 1 : min64(resident / rows, ceil_div(nvec, tile) / kSplitMinTiles);
+  return RowSplitting{parts > 1 ? parts : 1, ceil_div(nvec, span), span};
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
