@@ -24,8 +24,9 @@ from .registry import PUBLIC, declare
 
 __all__ = PUBLIC  # every op declared below
 
-# KernelBench's 38_L1Norm_ and 39_L2Norm_ share their sizes.
+# KernelBench's 38_L1Norm_ and 39_L2Norm_ share their sizes; so do its scans (89-92).
 _KB_ROWS = (32768, 65535)
+_KB_SCAN = (32768, 32768)
 
 
 @declare(family="reduce_scale", functor="L2NormOp", reference=reference.l2_normalize,
@@ -95,7 +96,7 @@ def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
 
 
 @declare(family="scan", functor="ProdOp", reference=reference.cumprod, values="near1",
-         problems=(Problem("90_cumprod", (32768, 32768), init="dim: int", call="dim=dim", init_inputs=(1,)),))
+         problems=(Problem("90_cumprod", _KB_SCAN, init="dim: int", call="dim=dim", init_inputs=(1,)),))
 def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     """``torch.cumprod(x, dim)`` in one pass; ``reverse`` scans from the end, ``exclusive``
     gives y[i] = prod(x[:i]) (1 first).
@@ -105,7 +106,12 @@ def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool
     """
 
 
-@declare(family="scan", functor="SumOp", reference=reference.cumsum)
+@declare(family="scan", functor="SumOp", reference=reference.cumsum,
+         problems=(Problem("89_cumsum", _KB_SCAN, init="dim: int", call="dim=dim", init_inputs=(1,)),
+                   Problem("91_cumsum_reverse", _KB_SCAN, init="dim: int", call="dim=dim, reverse=True",
+                           init_inputs=(1,)),
+                   Problem("92_cumsum_exclusive", _KB_SCAN, init="dim: int", call="dim=dim, exclusive=True",
+                           init_inputs=(1,))))
 def cumsum(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     """``torch.cumsum(x, dim)`` in one pass; ``reverse`` and ``exclusive`` as in :func:`cumprod`
     (exclusive gives 0 first)."""

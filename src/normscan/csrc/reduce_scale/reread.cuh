@@ -136,11 +136,14 @@ template <typename T, int V> struct RereadRow {
   }
 };
 
-// Max-shifted ops hold a maximum and rescale: up to 128 registers (at 64 they spill).
-template <typename Op> constexpr int reread_min_blocks() { return Op::kMaxShifted ? 1 : 2; }
+// Max-shifted ops hold a maximum and rescale: up to 128 registers (at 64 they spill); so do
+// doubles (the split scaling kernel of rms_norm and l1_normalize spilled 24 bytes on sm_80).
+template <typename T, typename Op> constexpr int reread_min_blocks() {
+  return Op::kMaxShifted || sizeof(T) == 8 ? 1 : 2;
+}
 
 template <typename T, typename Op, int BLOCK, int V>
-__global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>()) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
   using A = acc_t<T>;
   __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
   const WarpPlace me = WarpPlace::of_thread();
@@ -165,7 +168,7 @@ struct RowSplitting {
 template <int BLOCK> constexpr int64_t kRereadTile = int64_t(BLOCK) * kRereadUnroll;  // vectors
 
 template <typename T, typename Op, int BLOCK, int V>
-__global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     reduce_scale_split_sum_kernel(ReduceScaleArgs<T> a, RowSplitting c, RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
   constexpr int64_t TILE = kRereadTile<BLOCK>;
@@ -185,7 +188,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
 }
 
 template <typename T, typename Op, int BLOCK, int V>
-__global__ void __launch_bounds__(BLOCK, reread_min_blocks<Op>())
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     reduce_scale_split_scale_kernel(ReduceScaleArgs<T> a, RowSplitting c, const RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
