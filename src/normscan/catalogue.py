@@ -24,6 +24,9 @@ LAST_DIM_SHAPES = {"softmax": SOFTMAX_ROW_SHAPES, "log_softmax": SOFTMAX_ROW_SHA
 # NCHW tensors (fp32).
 WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
 CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512)]
+# A whole-tensor op needs every element before its first output: x is read twice where it
+# exceeds the L2 cache (the H100's 50 MB), else the second read can come from L2.
+L2_BYTES = 50 << 20
 # Scans: many rows, a strided dim, one long row, and small ones (fp32).
 SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((4096, 4096), 1), ((64, 1024), 1)]
 # Training: the last-dim LLM shapes, forward+backward and backward alone (bf16 and fp32);
@@ -126,6 +129,10 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 for shape in WEIGHTED_ROW_SHAPES:
                     out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, -1, weight=True,
                                       with_peers=True))
+            elif spec.whole:
+                for shape in ROW_SHAPES:
+                    big = math.prod(shape) * dtype.itemsize > L2_BYTES
+                    out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, None, tensors=3 if big else 2))
             elif spec.name in LAST_DIM_SHAPES:
                 for shape in LAST_DIM_SHAPES[spec.name]:
                     out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))
