@@ -237,19 +237,14 @@ void run_case(const Case& c, Flush& flush, int rounds, int reps, uint64_t seed) 
     const View v{c.outer, c.length, c.inner, c.length * c.inner, c.inner, 1, c.length * c.inner, c.inner, 1};
     const ScanArgs<T> sa{x, y, v, false, false};
     const ReduceScaleArgs<T> ra{x, y, w, v, 1e-5};
-    if (scan) {
-      int64_t ws = 0;
-      CHECK(scan_workspace_bytes(sa, &ws));
-      if (ws) CHECK(cudaMalloc(&workspace, ws));
-    }
-    // The reduce-scale launches' partial statistics: allocated at the first call, kept.
+    // The launches' scratch (the same size every call): allocated at the first call, kept.
     auto alloc = [&](size_t bytes) {
       if (!workspace) CHECK(cudaMalloc(&workspace, bytes));
       return workspace;
     };
     auto launch = [&] {
       cudaError_t err = cudaSuccess;
-      if (scan) with_scan_op(op, [&](auto f) { err = launch_scan<T, decltype(f)>(sa, workspace, 0); });
+      if (scan) with_scan_op(op, [&](auto f) { err = launch_scan<T, decltype(f)>(sa, 0, alloc); });
       else with_reduce_scale_op(op, [&](auto f) { err = launch_reduce_scale<T, decltype(f)>(ra, 0, alloc); });
       CHECK(err);
     };

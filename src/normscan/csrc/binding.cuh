@@ -5,6 +5,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -53,6 +54,22 @@ inline void check_reach(const at::Tensor& t, int64_t so, int64_t sl, int64_t si,
   TORCH_CHECK(last < static_cast<int64_t>(t.storage().nbytes() / t.itemsize()), "normscan: the view reaches past ",
               name, "'s storage");
 }
+
+// The launches' scratch memory, as the dispatchers ask for it (alloc(bytes) -> void*): from
+// torch's caching allocator on the current stream, held until this goes out of scope (the
+// allocator then keeps it for the stream's later work, which runs after the launches).
+class Workspace {
+ public:
+  explicit Workspace(const at::Tensor& like) : options_(like.options().dtype(at::kByte)) {}
+  void* operator()(size_t bytes) {
+    held_ = at::empty({static_cast<int64_t>(bytes)}, options_);
+    return held_.data_ptr();
+  }
+
+ private:
+  at::TensorOptions options_;
+  at::Tensor held_;
+};
 
 // x and y checked against each other and against the view; the view as the kernels take it.
 inline View checked_view(const at::Tensor& x, const at::Tensor& y, at::IntArrayRef fields) {

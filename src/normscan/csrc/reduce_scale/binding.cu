@@ -1,5 +1,4 @@
 // The reduce-scale family's entries (csrc/entries.h).
-#include <ATen/ops/empty.h>
 
 #include "../binding.cuh"
 #include "dispatch.cuh"
@@ -31,12 +30,7 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
       using Op = decltype(functor);
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
-      at::Tensor work;  // freed on return: the caching allocator keeps it for this stream's later work
-      const auto alloc = [&](size_t bytes) {
-        work = at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
-        return work.data_ptr();
-      };
-      check_cuda(launch_reduce_scale<T, Op>(a, stream, alloc), "reduce_scale");
+      check_cuda(launch_reduce_scale<T, Op>(a, stream, Workspace(x)), "reduce_scale");
     });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));
   });

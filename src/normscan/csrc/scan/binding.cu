@@ -1,5 +1,4 @@
 // The scan family's entry (csrc/entries.h).
-#include <ATen/ops/empty.h>
 
 #include "../binding.cuh"
 #include "dispatch.cuh"
@@ -12,12 +11,8 @@ void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, 
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::scan", [&] {
     using T = cuda_t<scalar_t>;
     const ScanArgs<T> a{data<T>(x), mutable_data<T>(y), v, reverse, exclusive};
-    int64_t bytes = 0;
-    check_cuda(scan_workspace_bytes(a, &bytes), "sizing the scan workspace");
-    // Allocated through torch's caching allocator, on the current stream.
-    const at::Tensor workspace = at::empty({bytes}, x.options().dtype(at::kByte));
     const bool known = with_scan_op(op, [&](auto functor) {
-      check_cuda(launch_scan<T, decltype(functor)>(a, workspace.data_ptr(), stream), "scan");
+      check_cuda(launch_scan<T, decltype(functor)>(a, stream, Workspace(x)), "scan");
     });
     TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
   });

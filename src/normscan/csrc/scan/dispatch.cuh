@@ -1,4 +1,4 @@
-// Picks the scan kernel and configuration for a view, sizes its workspace, and launches it.
+// Picks the scan kernel and configuration for a view, and launches it.
 // Host only.
 #pragma once
 
@@ -32,20 +32,10 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
 }
 
-// Bytes of look-back workspace for these arguments (0: none needed).
-template <typename T>
-inline cudaError_t scan_workspace_bytes(const ScanArgs<T>& a, int64_t* bytes) {
-  DeviceInfo d;
-  cudaError_t err = device_info(&d);
-  if (err != cudaSuccess) return err;
-  const int64_t tiles = a.view.outer * scan_lookback_tiles_per_row(a, d.sms);
-  *bytes = tiles == 0 ? 0 : ScanLookback::State<scan_acc_t<T>>::bytes(tiles);
-  return cudaSuccess;
-}
-
-// `workspace` holds scan_workspace_bytes(a) bytes of device memory (may be null if 0).
-template <typename T, typename Op>
-inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream_t stream) {
+// alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
+// cannot be had), for the look-back kernel's tile states.
+template <typename T, typename Op, typename Alloc>
+inline cudaError_t launch_scan(const ScanArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
   using State = ScanLookback::State<scan_acc_t<T>>;
   constexpr int V = vec16<T>();
   if (a.view.empty()) return cudaSuccess;
@@ -57,6 +47,8 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, void* workspace, cudaStream
     if (tiles_per_row > 0) {
       const int64_t tiles = a.view.outer * tiles_per_row;
       if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+      void* workspace = alloc(State::bytes(tiles));
+      if (workspace == nullptr) return cudaErrorMemoryAllocation;
       const State st = State::in(workspace, tiles);
       err = cudaMemsetAsync(workspace, 0xff, State::bytes(tiles), stream);
       if (err != cudaSuccess) return err;
