@@ -89,7 +89,7 @@ CPU_ELEMENTS = 1 << 18
 
 
 def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict | None = None, weight: bool = False,
-           with_peers: bool = False, mode: str = "forward", tensors: int = 2) -> Entry:
+           with_peers: bool = False, mode: str = "forward") -> Entry:
     kwargs = dict(kwargs or {})
 
     def eager(x, w):
@@ -97,6 +97,8 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))
+    # x read once and y written once; a whole-tensor op over L2 reads x twice.
+    tensors = 3 if spec.whole and math.prod(shape) * dtype.itemsize > L2_BYTES else 2
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
         tensors = backward + (2 if mode == "forward+backward" else 0)
@@ -111,7 +113,7 @@ def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
         if ops is None or p.op in ops:
             kwargs = p.kwargs()
             dim = kwargs.pop("dim", None)  # None: a whole-tensor op
-            out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs, tensors=p.tensors))
+            out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs))
     return out
 
 
@@ -131,8 +133,7 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                                       with_peers=True))
             elif spec.whole:
                 for shape in ROW_SHAPES:
-                    big = math.prod(shape) * dtype.itemsize > L2_BYTES
-                    out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, None, tensors=3 if big else 2))
+                    out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, None))
             elif spec.name in LAST_DIM_SHAPES:
                 for shape in LAST_DIM_SHAPES[spec.name]:
                     out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))

@@ -62,7 +62,7 @@ def rms_norm(x: torch.Tensor, dim: int = 1, eps: float | None = 1e-5,
 
 
 @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize,
-         problems=(Problem("37_FrobeniusNorm_", (112, 64, 512, 512), init="", call="", tensors=3),))
+         problems=(Problem("37_FrobeniusNorm_", (112, 64, 512, 512), init="", call=""),))
 def frobenius_normalize(x: torch.Tensor) -> torch.Tensor:
     """``x / torch.norm(x, p='fro')``: x over the square root of the sum of squares of all its
     elements.

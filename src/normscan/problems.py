@@ -22,9 +22,6 @@ class Problem:
     init: str               # its Model's constructor parameters, as source
     call: str               # the op's keyword arguments after x, from those parameters, as source
     init_inputs: tuple = ()  # its get_init_inputs()
-    # Full-tensor reads and writes the fewest of any implementation at its size: x read once
-    # and y written once, or x read twice where the output needs every element first.
-    tensors: int = 2
     op: str = ""            # the normscan op (filled in by its declaration)
 
     @functools.cached_property
