@@ -12,28 +12,42 @@ CASES = [("l2_normalize", 1, {}), ("l2_normalize", 0, {}), ("l2_normalize", -1, 
          ("rms_norm", 1, {}),
          ("rms_norm", -1, {"eps": 0.1}), ("cumprod", 1, {}), ("cumprod", 0, {"reverse": True}),
          ("cumsum", 1, {"exclusive": True}), ("cumsum", -1, {"reverse": True, "exclusive": True}),
-         ("softmax", 1, {}), ("softmax", 0, {}), ("log_softmax", -1, {}), ("frobenius_normalize", None, {})]
+         ("softmax", 1, {}), ("softmax", 0, {}), ("log_softmax", -1, {}), ("frobenius_normalize", None, {}),
+         ("layer_norm", 1, {}), ("layer_norm", -1, {"eps": 0.1})]
 
 
-def _dim(name, dim):
-    """dim as the op takes it: None for a whole-tensor op."""
-    return None if REGISTRY[name].whole else dim
-
-
-def _call(path, name, x, dim, kwargs, weight):
+def _dim(name, dim, shape):
+    """dim as the op takes it: None for a whole-tensor op, for layer_norm the normalized
+    shape of the dims from dim on."""
     spec = REGISTRY[name]
-    given = dict(kwargs, weight=weight)
+    if spec.trailing:
+        return tuple(shape[dim % len(shape):])
+    return None if spec.whole else dim
+
+
+def _params(name) -> list[str]:
+    """The op's tensor arguments (weight, and bias)."""
+    return [n for n in ("weight", "bias") if REGISTRY[name].takes(n)]
+
+
+def _call(path, name, x, dim, kwargs, *params):
+    spec = REGISTRY[name]
+    given = dict(kwargs, **dict(zip(_params(name), params)))
     if path == "custom op":
-        return spec.custom_op(*spec.op_inputs(x, _dim(name, dim), spec.args(given)))
-    dims = () if spec.whole else (dim,)
+        return spec.custom_op(*spec.op_inputs(x, _dim(name, dim, x.shape), spec.args(given)))
+    dims = () if spec.whole else (_dim(name, dim, x.shape),)
     return getattr(normscan, name)(x, *dims, **{k: v for k, v in given.items() if k in spec.params})
+
+
+def _param_shape(name, dim, shape) -> tuple:
+    d = _dim(name, dim, shape)
+    return d if isinstance(d, tuple) else (shape[dim],)
 
 
 def _inputs(name, dim, device):
     x = torch.randn(3, 5, 4, dtype=torch.float64, device=device, requires_grad=True)
-    if not REGISTRY[name].takes("weight"):
-        return (x,)
-    return x, torch.rand(x.shape[dim], dtype=torch.float64, device=device, requires_grad=True)
+    return x, *(torch.rand(_param_shape(name, dim, x.shape), dtype=torch.float64, device=device, requires_grad=True)
+                for _ in _params(name))
 
 
 @pytest.mark.parametrize("name,dim,kwargs", CASES)
@@ -41,7 +55,7 @@ def _inputs(name, dim, device):
 def test_gradcheck_on_cpu(name, dim, kwargs, path):
     """The public function on the CPU is the reference, natively differentiable; the custom op
     runs the registered backward."""
-    fn = lambda x, *w: _call(path, name, x, dim, kwargs, w[0] if w else None)  # noqa: E731
+    fn = lambda x, *p: _call(path, name, x, dim, kwargs, *p)  # noqa: E731
     assert torch.autograd.gradcheck(fn, _inputs(name, dim, "cpu"))
 
 
@@ -49,7 +63,7 @@ def test_gradcheck_on_cpu(name, dim, kwargs, path):
 @pytest.mark.parametrize("name,dim,kwargs", CASES)
 def test_gradcheck_on_cuda(name, dim, kwargs):
     """The kernel forward, the registered backward."""
-    fn = lambda x, *w: _call("public", name, x, dim, kwargs, w[0] if w else None)  # noqa: E731
+    fn = lambda x, *p: _call("public", name, x, dim, kwargs, *p)  # noqa: E731
     assert torch.autograd.gradcheck(fn, _inputs(name, dim, "cuda"))
 
 
@@ -66,8 +80,8 @@ def test_special_values_get_pytorchs_gradient(device):
     for name, spec in REGISTRY.items():
         a = x.clone().requires_grad_()
         b = x.clone().requires_grad_()
-        ours, = torch.autograd.grad(_call("custom op", name, a, 1, {}, None), a, g)
-        theirs, = torch.autograd.grad(spec.expression(b, _dim(name, 1), *spec.args({})), b, g)
+        ours, = torch.autograd.grad(_call("custom op", name, a, 1, {}), a, g)
+        theirs, = torch.autograd.grad(spec.expression(b, _dim(name, 1, b.shape), *spec.args({})), b, g)
         if device == "cpu" or name == "cumprod":
             assert torch.equal(ours.nan_to_num(1e300, 2e300, -2e300), theirs.nan_to_num(1e300, 2e300, -2e300)), name
         else:
@@ -100,16 +114,17 @@ def test_low_precision_gradients_within_twice_pytorchs_error(name, dtype):
     spec = REGISTRY[name]
     x = testing.maker((64, 257), dtype, spec.values)("cuda")
     g = torch.randn(64, 257, device="cuda", dtype=dtype)
-    w = (torch.rand(257, device="cuda") + 0.5).to(dtype) if spec.takes("weight") else None
+    params = [(torch.rand(257, device="cuda") + 0.5).to(dtype) for _ in _params(name)]
 
-    def grads(fn, x, w):
-        inputs = [x.detach().requires_grad_()] + ([w.detach().requires_grad_()] if w is not None else [])
+    def grads(fn, x, params):
+        inputs = [t.detach().requires_grad_() for t in (x, *params)]
         return torch.autograd.grad(fn(*inputs), inputs, g.to(inputs[0].dtype))
 
-    expression = lambda x, *w: spec.expression(x, _dim(name, -1), *spec.args({"weight": w[0] if w else None}))  # noqa: E731
-    exact = grads(expression, x.double(), None if w is None else w.double())
-    theirs = grads(expression, x, w)
-    ours = grads(lambda x, *w: _call("public", name, x, -1, {}, w[0] if w else None), x, w)
+    def expression(x, *p):
+        return spec.expression(x, _dim(name, -1, x.shape), *spec.args(dict(zip(_params(name), p))))
+    exact = grads(expression, x.double(), [p.double() for p in params])
+    theirs = grads(expression, x, params)
+    ours = grads(lambda x, *p: _call("public", name, x, -1, {}, *p), x, params)
     for o, t, e in zip(ours, theirs, exact):
         error, mismatch = testing.rel_error(o, e)
         bound = max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[dtype])
@@ -171,5 +186,5 @@ def test_compiled_model_backward_has_no_graph_break():
 def test_gradgradcheck_through_the_custom_op_on_cpu(name, dim, kwargs):
     """A backward that must be differentiable (create_graph) takes the composite with a graph:
     second derivatives in x and the weight, and in the incoming gradient."""
-    fn = lambda x, *w: _call("custom op", name, x, dim, kwargs, w[0] if w else None)  # noqa: E731
+    fn = lambda x, *p: _call("custom op", name, x, dim, kwargs, *p)  # noqa: E731
     assert torch.autograd.gradgradcheck(fn, _inputs(name, dim, "cpu"))

@@ -31,9 +31,10 @@ def _strip(code):
 
 def test_problems_are_the_declared_ones():
     assert sorted(PROBLEMS) == ["23_Softmax", "24_LogSoftmax", "36_RMSNorm_", "37_FrobeniusNorm_", "38_L1Norm_",
-                                "39_L2Norm_", "89_cumsum", "90_cumprod", "91_cumsum_reverse", "92_cumsum_exclusive"]
+                                "39_L2Norm_", "40_LayerNorm", "89_cumsum", "90_cumprod", "91_cumsum_reverse", "92_cumsum_exclusive"]
     assert PROBLEMS["92_cumsum_exclusive"].kwargs() == {"dim": 1, "exclusive": True}
     assert PROBLEMS["37_FrobeniusNorm_"].kwargs() == {}
+    assert PROBLEMS["40_LayerNorm"].kwargs() == {"normalized_shape": (64, 256, 256)}
     from normscan import catalogue  # its floor: x read twice (7.5 GB, over L2), y written once
     assert {e.label: e.tensors for e in catalogue.kernelbench_entries()}["37_FrobeniusNorm_"] == 3
     assert PROBLEMS["36_RMSNorm_"].kwargs() == {"dim": 1, "eps": 1e-5}

@@ -52,3 +52,17 @@ def test_softmaxes_are_torch_nn_drop_ins(ours, theirs):
         with pytest.warns(UserWarning, match="Implicit dimension choice"):
             expected = theirs()(y)
         torch.testing.assert_close(got, expected)
+
+
+def test_layer_norm_is_torch_nn_layer_norm_drop_in():
+    """Same constructor, parameters, state_dict keys and repr as torch.nn.LayerNorm."""
+    x = torch.randn(2, 3, 4, 5)
+    for args, kwargs in [((5,), {}), (((4, 5),), {"eps": 1e-3}), ((5,), {"elementwise_affine": False}),
+                         ((5,), {"bias": False})]:
+        ours, theirs = normscan.LayerNorm(*args, **kwargs), torch.nn.LayerNorm(*args, **kwargs)
+        assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
+        with torch.no_grad():
+            for p in ours.parameters():
+                p.copy_(torch.randn_like(p))
+        theirs.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(ours(x), theirs(x))

@@ -9,18 +9,28 @@ import time
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import normscan
 from normscan import ops, reference, view
 from normscan.registry import REGISTRY, declare
 
 ALL_OPS = list(REGISTRY)
-DIM_OPS = [name for name, spec in REGISTRY.items() if not spec.whole]  # those that take a dim
+DIM_OPS = [name for name, spec in REGISTRY.items() if not spec.whole and not spec.trailing]  # those that take a dim
+
+
+def region(name, x, dim):
+    """An op's second argument, for dim: none for a whole-tensor op (None), the sizes of the
+    dims from dim on for layer_norm (its normalized_shape)."""
+    spec = REGISTRY[name]
+    if spec.trailing and isinstance(x, torch.Tensor):
+        return tuple(x.shape[dim % x.dim():])
+    return None if spec.whole else dim
 
 
 def call(name, x, dim, **kwargs):
     """The public function; dim is dropped for a whole-tensor op."""
-    return getattr(normscan, name)(x, *(() if REGISTRY[name].whole else (dim,)), **kwargs)
+    return getattr(normscan, name)(x, *(() if REGISTRY[name].whole else (region(name, x, dim),)), **kwargs)
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
@@ -53,6 +63,22 @@ def test_dim_is_taken_as_pytorch_takes_it(name):
     for bad, shown in [(True, "bool (True)"), (1.0, "float (1.0)"), ("1", "str ('1')")]:
         with pytest.raises(TypeError, match=re.escape(f"normscan.{name}: dim must be an int, got {shown}")):
             call(name, x, bad)
+
+
+def test_layer_norm_names_a_normalized_shape_it_cannot_take():
+    x = torch.randn(3, 4, 5)
+    for bad in [(3, 5), (2, 3, 4, 5), (), (4,)]:
+        with pytest.raises(ValueError, match=re.escape(f"normalized_shape {list(bad)} must be x's last dims, 1 to 3")):
+            normscan.layer_norm(x, bad)
+    for bad, shown in [(True, "bool (True)"), ("5", "str ('5')"), ((5.0,), "tuple ((5.0,))")]:
+        with pytest.raises(TypeError, match=re.escape(shown)):
+            normscan.layer_norm(x, bad)
+    torch.testing.assert_close(normscan.layer_norm(x, 5), F.layer_norm(x, [5]))  # one int, as F.layer_norm takes
+    torch.testing.assert_close(normscan.layer_norm(x, torch.Size([4, 5])), F.layer_norm(x, [4, 5]))
+    with pytest.raises(ValueError, match=re.escape("weight must have shape (4, 5) (normalized_shape), got (5,)")):
+        normscan.layer_norm(x, (4, 5), torch.ones(5))
+    with pytest.raises(ValueError, match=re.escape("bias must have shape (5,) (normalized_shape), got (4, 5)")):
+        normscan.layer_norm(x, (5,), None, torch.ones(4, 5))
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
@@ -168,12 +194,13 @@ def test_public_functions_have_their_declared_signature_and_doc():
     for name, spec in REGISTRY.items():
         fn = getattr(normscan, name)
         assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc
-        assert list(inspect.signature(fn).parameters) == ["x", *([] if spec.whole else ["dim"]), *spec.params]
+        second = [] if spec.whole else ["normalized_shape" if spec.trailing else "dim"]
+        assert list(inspect.signature(fn).parameters) == ["x", *second, *spec.params]
     assert inspect.signature(normscan.cumsum).parameters["reverse"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_a_declaration_outside_the_conventions_is_refused():
-    with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim, then any of eps, weight"):
+    with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim or normalized_shape, then any of eps, weight"):
         @declare(family="scan", functor="SumOp", reference=reference.cumsum)
         def bad(x, dim, alpha=1.0):
             """-"""
@@ -193,7 +220,7 @@ def test_fake_tensor_shapes_and_strides():
     with FakeTensorMode():
         x = torch.empty(2, 3, 4, 5, device="cuda").permute(0, 2, 3, 1)
         for name, spec in REGISTRY.items():
-            y = spec.custom_op(*spec.op_inputs(x, None if spec.whole else 3, spec.args({})))
+            y = spec.custom_op(*spec.op_inputs(x, region(name, x, 3), spec.args({})))
             assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype, name
 
 
@@ -204,14 +231,21 @@ def opcheck_samples(device: str):
             flag_sets = [{}]
             if spec.takes("reverse"):
                 flag_sets += [{"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}]
+            x = torch.randn(3, 5, 4, dtype=dtype, device=device, requires_grad=True)
+            shape = region(name, x, 1) if spec.trailing else (5,)
             if spec.takes("weight"):
-                flag_sets += [{"weight": torch.rand(5, dtype=dtype, device=device) + 0.5, "eps": 1e-3}]
-            dim = (lambda d: None) if spec.whole else (lambda d: d)
+                flag_sets += [{"weight": torch.rand(shape, dtype=dtype, device=device) + 0.5, "eps": 1e-3}]
+            if spec.takes("bias"):
+                flag_sets += [{"weight": torch.rand(shape, dtype=dtype, device=device) + 0.5,
+                               "bias": torch.randn(shape, dtype=dtype, device=device)}]
             for given in flag_sets:  # x requires grad: the autograd registration is checked too
                 x = torch.randn(3, 5, 4, dtype=dtype, device=device, requires_grad=True)
-                yield name, spec.op_inputs(x, dim(1), spec.args(given))
-            yield name, spec.op_inputs(torch.randn((), dtype=dtype, device=device), dim(0), spec.args({}))
-            yield name, spec.op_inputs(torch.randn(6, 9, dtype=dtype, device=device)[:, ::2], dim(1), spec.args({}))
+                yield name, spec.op_inputs(x, region(name, x, 1), spec.args(given))
+            if not spec.trailing:  # layer_norm normalizes at least one dim
+                zero_d = torch.randn((), dtype=dtype, device=device)
+                yield name, spec.op_inputs(zero_d, None if spec.whole else 0, spec.args({}))
+            x = torch.randn(6, 9, dtype=dtype, device=device)[:, ::2]
+            yield name, spec.op_inputs(x, region(name, x, 1), spec.args({}))
 
 
 def run_opchecks(device):
@@ -307,11 +341,16 @@ def test_binding_refuses_what_the_kernels_cannot_take():
     y = torch.empty_like(x)
     v = view.fold(x, y, 1)
     l2 = REGISTRY["l2_normalize"].op_id
+    rms = REGISTRY["rms_norm"].op_id
     with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} takes no weight"):
-        ext.reduce_scale(x, y, torch.ones(8, device="cuda"), l2, v, 0.0)
+        ext.reduce_scale(x, y, torch.ones(8, device="cuda"), None, l2, v, 0.0)
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {rms} takes no bias"):
+        ext.reduce_scale(x, y, None, torch.ones(8, device="cuda"), rms, v, 0.0)
+    with pytest.raises(RuntimeError, match="bias must be a contiguous tensor of 8 elements"):
+        ext.reduce_scale(x, y, None, torch.ones(7, device="cuda"), REGISTRY["layer_norm"].op_id, v, 0.0)
     with pytest.raises(RuntimeError, match="no reduce-scale op has id 99"):
-        ext.reduce_scale(x, y, None, 99, v, 0.0)
+        ext.reduce_scale(x, y, None, None, 99, v, 0.0)
     with pytest.raises(RuntimeError, match="the view reaches past y's storage"):
-        ext.reduce_scale(x, torch.empty(2, 8, device="cuda"), None, l2, v, 0.0)
+        ext.reduce_scale(x, torch.empty(2, 8, device="cuda"), None, None, l2, v, 0.0)
     with pytest.raises(RuntimeError, match="a view has 9 fields, got 3"):
-        ext.reduce_scale(x, y, None, l2, v[:3], 0.0)
+        ext.reduce_scale(x, y, None, None, l2, v[:3], 0.0)

@@ -19,6 +19,10 @@ def test_every_op_gets_its_familys_cases_and_its_own_flags():
         if spec.whole:  # no dim: shapes (0-d too), layouts, values and special values
             assert len(mine) > 30 and all(c.dim is None for c in mine) and any("()" in c.name for c in mine), name
             continue
+        if spec.trailing:  # normalized_shape: one to three last dims, weight and bias, special values
+            assert len(mine) > 80 and all(isinstance(c.dim, tuple) for c in mine), name
+            assert {len(c.dim) for c in mine} == {1, 2, 3} and any(c.with_weight for c in mine), name
+            continue
         assert len(mine) > 80, name
         zero_d = [c for c in mine if "0-d" in c.name]
         # 0-d with every flag combination, and with a weight where the op takes one

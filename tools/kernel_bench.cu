@@ -236,7 +236,7 @@ void run_case(const Case& c, Flush& flush, int rounds, int reps, uint64_t seed) 
     void* workspace = nullptr;
     const View v{c.outer, c.length, c.inner, c.length * c.inner, c.inner, 1, c.length * c.inner, c.inner, 1};
     const ScanArgs<T> sa{x, y, v, false, false};
-    const ReduceScaleArgs<T> ra{x, y, w, v, 1e-5};
+    const ReduceScaleArgs<T> ra{x, y, w, nullptr, v, 1e-5};
     // The launches' scratch (the same size every call): allocated at the first call, kept.
     auto alloc = [&](size_t bytes) {
       if (!workspace) CHECK(cudaMalloc(&workspace, bytes));

@@ -9,7 +9,7 @@ Fused:
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
   (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass.
 
-Elsewhere (softmax, log_softmax, cumprod, strided norms, rows longer than a cluster holds,
+Elsewhere (softmax, log_softmax, layer_norm, cumprod, strided norms, rows longer than a cluster holds,
 and a backward that must itself be differentiable): PyTorch's autograd of the reference at
 the saved inputs (16-bit in float32), which keeps PyTorch's special cases, such as cumprod's
 zeros.
@@ -79,6 +79,8 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
     `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
     for the checks, which poison them."""
+    if spec.trailing:  # layer_norm: its functor has no fused backward
+        return None
     given = dict(zip(spec.params, args))
     eps, weight = given.get("eps", 0.0), given.get("weight")
     dx = view.output_like(x) if dx is None else dx

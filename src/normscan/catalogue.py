@@ -112,7 +112,7 @@ def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
     for p in all_problems().values():
         if ops is None or p.op in ops:
             kwargs = p.kwargs()
-            dim = kwargs.pop("dim", None)  # None: a whole-tensor op
+            dim = kwargs.pop("normalized_shape" if p.spec.trailing else "dim", None)  # None: a whole-tensor op
             out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs))
     return out
 
@@ -129,7 +129,8 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 continue
             if spec.takes("weight"):
                 for shape in WEIGHTED_ROW_SHAPES:
-                    out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, -1, weight=True,
+                    dim = shape[-1:] if spec.trailing else -1
+                    out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, dim, weight=True,
                                       with_peers=True))
             elif spec.whole:
                 for shape in ROW_SHAPES:
@@ -143,7 +144,7 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
     for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
         dt = str(dtype).replace("torch.", "")
         for spec in specs:
-            if spec.family.name == "reduce_scale" and spec.takes("weight"):
+            if spec.family.name == "reduce_scale" and spec.takes("weight") and not spec.trailing:
                 for shape in CHANNEL_SHAPES:
                     out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
             if spec.family.name == "scan":
@@ -162,7 +163,7 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
         for dtype in dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:
-                if spec.family.name != "reduce_scale":
+                if spec.family.name != "reduce_scale" or spec.trailing:  # layer_norm: no fused backward yet
                     continue
                 shapes = TRAINING_ROW_SHAPES if spec.takes("weight") else TRAINING_ROW_SHAPES[1:2]
                 for shape in shapes:
@@ -177,11 +178,18 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
     return out
 
 
-def reduced_shape(shape: tuple[int, ...], dim: int | None, budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
+def reduced_shape(shape: tuple[int, ...], dim: int | tuple | None, budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
     """A shape of at most `budget` elements for a CPU run: the op's dim cut to at most 4096
     first (it still reduces or scans over many elements), then the largest other dims halved
-    (the largest of all for a whole-tensor op, dim None)."""
+    (the largest of all for a whole-tensor op, dim None; for layer_norm, normalized_shape
+    dim, the leading dims first, then the normalized ones)."""
     out = list(shape)
+    if isinstance(dim, tuple):
+        lead = len(out) - len(dim)
+        while math.prod(out) > budget:
+            i = max(range(len(out)), key=lambda i: (i < lead and out[i] > 1, out[i]))
+            out[i] = (out[i] + 1) // 2
+        return tuple(out)
     d = None if dim is None else dim % len(out)
     while d is not None and out[d] > 4096:
         out[d] = (out[d] + 1) // 2
@@ -199,5 +207,6 @@ def on_cpu(entries: list[Entry]) -> list[Entry]:
     for e in entries:
         shape = reduced_shape(e.shape, e.dim)
         label = e.label if shape == e.shape else f"{e.label} at {shape}"
-        out.append(Entry(label, e.op, shape, e.dtype, e.dim, e.kwargs, e.weight, e.baselines, e.mode, e.tensors))
+        dim = shape[len(shape) - len(e.dim):] if isinstance(e.dim, tuple) else e.dim  # normalized_shape, reduced too
+        out.append(Entry(label, e.op, shape, e.dtype, dim, e.kwargs, e.weight, e.baselines, e.mode, e.tensors))
     return out

@@ -1,6 +1,6 @@
 """nn.Module wrappers of the ops. Their constructors are KernelBench's Model's for each
-problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring); Softmax and
-LogSoftmax are torch.nn's drop-ins."""
+problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring); LayerNorm, Softmax
+and LogSoftmax are torch.nn's drop-ins."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from torch import nn
 
 from . import ops
 
-__all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "Softmax", "LogSoftmax", "CumProd", "CumSum"]
+__all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "LayerNorm", "Softmax", "LogSoftmax", "CumProd", "CumSum"]
 
 
 class L2Norm(nn.Module):
@@ -82,6 +82,14 @@ class FrobeniusNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.frobenius_normalize(x)
+
+
+class LayerNorm(nn.LayerNorm):
+    """torch.nn.LayerNorm's drop-in (its constructor, parameters, state_dict and repr; KernelBench
+    40_LayerNorm's ``Model(normalized_shape)``): :func:`normscan.layer_norm`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
 class _Softmax(nn.Module):

@@ -2,8 +2,8 @@
 kernel family and functor, its reference, and its KernelBench problems (registry.py says
 what is derived from a declaration).
 
-Every op but frobenius_normalize reduces or scans one dim of any tensor, in one pass over
-memory: float32, float16, bfloat16 (accumulated in fp32) and float64; any rank, dim (negative
+Every op but frobenius_normalize and layer_norm reduces or scans one dim of any tensor, in
+one pass over memory (layer_norm its last dims): float32, float16, bfloat16 (accumulated in fp32) and float64; any rank, dim (negative
 too) and strides. Strided inputs are read where they lie; only a layout whose other dims fold
 into more than two runs of constant stride is copied first. frobenius_normalize reduces every
 element: a dense input (any permutation of contiguous) is read where it lies, any other is
@@ -92,6 +92,24 @@ def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
 
     ``dtype`` converts x first, as torch.log_softmax does. 16-bit inputs are computed in fp32;
     -inf stays -inf; a row of -inf, or with +inf or NaN, gives NaN, as PyTorch's does.
+    """
+
+
+@declare(family="reduce_scale", functor="LayerNormOp", reference=reference.layer_norm,
+         problems=(Problem("40_LayerNorm", (16, 64, 256, 256), init="normalized_shape: tuple",
+                           call="normalized_shape=normalized_shape", init_inputs=((64, 256, 256),)),))
+def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` in one pass over memory:
+    ``(x - mean) / sqrt(var + eps) * weight + bias`` over x's last ``len(normalized_shape)``
+    dims, var the biased variance.
+
+    The normalized dims are read as one row where they are one run of constant stride (any
+    layout of the dims before them); otherwise x is copied first. ``weight`` and ``bias``
+    have shape ``normalized_shape`` (non-contiguous ones are copied: one row). 16-bit inputs
+    are computed in fp32; the mean is taken first (or merged with the squared deviations, for
+    rows longer than a thread-block cluster holds), never as a squared sum less a sum
+    squared. A row with inf or NaN gives NaN, as PyTorch's does.
     """
 
 

@@ -42,6 +42,11 @@ def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
     return torch.log_softmax(x, dim, dtype=dtype)
 
 
+def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)
+
+
 def _scan(fn, identity: float, x: torch.Tensor, dim: int, reverse: bool, exclusive: bool) -> torch.Tensor:
     if x.dim() == 0:  # one element, as torch.cumsum takes it
         return _scan(fn, identity, x.reshape(1), 0, reverse, exclusive).reshape(())

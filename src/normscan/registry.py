@@ -64,6 +64,30 @@ def wrap_dim(op: str, dim: object, ndim: int) -> int:
     return dim % n
 
 
+def normalized_dims(op: str, normalized_shape: object, x: torch.Tensor) -> tuple[int, ...]:
+    """normalized_shape as a tuple, checked to be x's trailing sizes (as F.layer_norm takes
+    it: a sequence of ints, or one int)."""
+    if isinstance(normalized_shape, bool):
+        raise TypeError(f"normscan.{op}: normalized_shape must be a sequence of ints, got bool ({normalized_shape})")
+    try:
+        shape = (operator.index(normalized_shape),) if not isinstance(normalized_shape, (list, tuple, torch.Size)) \
+            else tuple(operator.index(s) for s in normalized_shape)
+    except TypeError:
+        raise TypeError(f"normscan.{op}: normalized_shape must be a sequence of ints or an int, got "
+                        f"{type_name(normalized_shape)} ({normalized_shape!r})") from None
+    if not shape or len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"normscan.{op}: normalized_shape {list(shape)} must be x's last dims, 1 to {x.dim()} of "
+                         f"them; x has shape {list(x.shape)}. Pass normalized_shape=x.shape[-k:] for the last k dims.")
+    return shape
+
+
+def _reduced_shape(x: torch.Tensor, dim: int | tuple) -> tuple[int, ...]:
+    """The shape a weight must have: normalized_shape (a tuple dim), else x.shape[dim]."""
+    if isinstance(dim, tuple):
+        return dim
+    return (x.shape[dim] if x.dim() else 1,)
+
+
 def _check_eps(op: str, name: str, eps: object, x: torch.Tensor, dim: int) -> float:
     """A real number, or None for torch.finfo(x.dtype).eps (as F.rms_norm takes it)."""
     if eps is None:
@@ -86,9 +110,10 @@ def _check_weight(op: str, name: str, weight: object, x: torch.Tensor, dim: int)
         return None
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"normscan.{op}: {name} must be a torch.Tensor or None, got {type_name(weight)}")
-    n = x.shape[dim] if x.dim() else 1
-    if tuple(weight.shape) != (n,):
-        raise ValueError(f"normscan.{op}: {name} must have shape ({n},) (x.shape[{dim}]), got {tuple(weight.shape)}")
+    shape = _reduced_shape(x, dim)
+    if tuple(weight.shape) != shape:
+        where = "normalized_shape" if isinstance(dim, tuple) else f"x.shape[{dim}]"
+        raise ValueError(f"normscan.{op}: {name} must have shape {shape} ({where}), got {tuple(weight.shape)}")
     if weight.dtype != x.dtype:
         raise TypeError(f"normscan.{op}: {name} dtype {weight.dtype} differs from x's {x.dtype}; "
                         f"pass {name}.to({x.dtype})")
@@ -119,6 +144,7 @@ class Param:
 PARAMS = {
     "eps": Param("float", _check_eps),
     "weight": Param("Tensor?", _check_weight),
+    "bias": Param("Tensor?", _check_weight),
     "reverse": Param("bool", _check_flag),
     "exclusive": Param("bool", _check_flag),
     # x is converted to it before the op, as torch.softmax's dtype does (None: x's dtype)
@@ -127,8 +153,10 @@ PARAMS = {
 
 
 # ---------------------------------------------------------------- families
-def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None, dtype=None) -> None:
-    ext.reduce_scale(x, y, weight, op, fields, eps)
+def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None, dtype=None,
+                        bias=None) -> None:
+    flat = [None if t is None else t.view(-1) for t in (weight, bias)]  # layer_norm's are normalized_shape
+    ext.reduce_scale(x, y, *flat, op, fields, eps)
 
 
 def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, exclusive: bool = False) -> None:
@@ -179,13 +207,21 @@ class OpSpec:
     # Reduces every element (its signature has no dim): internally its dim is None, the
     # whole tensor one row in x's memory order (view.fold).
     whole: bool = False
+    # Reduces x's last dims (its signature's second parameter is normalized_shape, as
+    # F.layer_norm's): internally its dim is that tuple, the dims merged into one to launch.
+    trailing: bool = False
 
     def checked(self, x, dim, args) -> tuple[torch.Tensor, int, list]:
         """The arguments validated: dim wrapped, the rest as the kernels take them; x converted
         to a `dtype` argument, which is then spent (None): autograd sees the conversion, and
         the kernel x's new dtype."""
         check_input(self.name, x)
-        dim = None if self.whole else wrap_dim(self.name, dim, x.dim())
+        if self.whole:
+            dim = None
+        elif self.trailing:
+            dim = normalized_dims(self.name, dim, x)
+        else:
+            dim = wrap_dim(self.name, dim, x.dim())
         args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
         if "dtype" in self.params and args[self.params.index("dtype")] is not None:
             i = self.params.index("dtype")
@@ -224,6 +260,20 @@ class OpSpec:
 
     def launch(self, x: torch.Tensor, dim: int, *args, out: torch.Tensor | None = None) -> torch.Tensor:
         """The kernel on validated arguments (dim wrapped); into ``out`` when given."""
+        if self.trailing:  # the normalized dims as one: a view, or the one copy where they do not merge
+            shape, merged = x.shape, view.merge_trailing(x, len(dim))
+            if merged is None:
+                x = x.contiguous()
+                merged = view.merge_trailing(x, len(dim))
+            if out is not None:
+                out = view.merge_trailing(out, len(dim))
+                if out is None:
+                    raise ValueError(f"normscan.{self.name}: out's last {len(dim)} dims do not merge into one; "
+                                     "pass an out laid out as output_like(x)")
+            return self._launch_dim(merged, merged.dim() - 1, args, out).view(shape)
+        return self._launch_dim(x, dim, args, out)
+
+    def _launch_dim(self, x: torch.Tensor, dim: int | None, args, out: torch.Tensor | None) -> torch.Tensor:
         x, y, v = view.prepare(x, dim, out)
         if y.numel():
             self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **dict(zip(self.params, args)))
@@ -309,7 +359,8 @@ class OpSpec:
         return "(" + ", ".join(["Tensor grad", *self._input_schema(), "bool param_grads"]) + ") -> Tensor[]"
 
     def _input_schema(self) -> list[str]:
-        return ["Tensor x"] + ([] if self.whole else ["int dim"]) + [f"{PARAMS[n].schema} {n}" for n in self.params]
+        region = [] if self.whole else ["SymInt[] normalized_shape" if self.trailing else "int dim"]
+        return ["Tensor x", *region] + [f"{PARAMS[n].schema} {n}" for n in self.params]
 
     def takes(self, param: str) -> bool:
         return param in self.params
@@ -332,11 +383,12 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
     def wrap(stub: Callable) -> Callable:
         signature = inspect.signature(stub)
         names = list(signature.parameters)
-        whole = names[1:2] != ["dim"]
+        trailing = names[1:2] == ["normalized_shape"]
+        whole = names[1:2] != ["dim"] and not trailing
         first = 1 if whole else 2
         if names[:1] != ["x"] or any(n not in PARAMS for n in names[first:]):
-            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim, then any of {', '.join(PARAMS)}), or "
-                            f"(x, then those) for an op over every element; got {names}")
+            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim or normalized_shape, then any of "
+                            f"{', '.join(PARAMS)}), or (x, then those) for an op over every element; got {names}")
         if list(inspect.signature(reference).parameters) != names:
             raise TypeError(f"{stub.__name__}: the reference's parameters {list(inspect.signature(reference).parameters)} "
                             f"differ from the op's {names}")
@@ -346,7 +398,7 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
         spec = OpSpec(stub.__name__, FAMILIES[family], functor, ids[functor], reference, tuple(names[first:]),
                       {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty},
                       values, tuple(dataclasses.replace(p, op=stub.__name__) for p in problems),
-                      inspect.getdoc(stub) or "", whole)
+                      inspect.getdoc(stub) or "", whole, trailing)
         _define_custom_op(spec)
         REGISTRY[spec.name] = spec
         PUBLIC.append(spec.name)

@@ -4,8 +4,9 @@ its reference evaluated in float64, on fresh random inputs.
 A case builds an input, runs the op into an output buffer poisoned beforehand (so an
 unwritten element shows), and compares with the op's reference expression evaluated in
 float64 on the same input: special values (NaN, +-inf) must match exactly, the rest by
-relative error ||out - ref|| / ||ref|| within the dtype's bound. The cases come from the
-registry: each op gets its family's cases, with its own flags and arguments.
+relative error ||out - ref|| / ||ref|| within the dtype's bound (for layer_norm, or within
+twice PyTorch's own error, whose centering loses digits as |mean| / std grows). The cases
+come from the registry: each op gets its family's cases, with its own flags and arguments.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ class Case:
     name: str
     op: str                      # the op's public name (a key of the registry)
     make: Callable[[str], torch.Tensor]  # device -> input
-    dim: int | None                      # None: a whole-tensor op
-    kwargs: dict = field(default_factory=dict)  # the op's arguments after dim, but for weight
-    with_weight: bool = False
+    dim: int | tuple | None              # None: a whole-tensor op; a tuple: layer_norm's normalized_shape
+    kwargs: dict = field(default_factory=dict)  # the op's arguments after dim, but for weight and bias
+    with_weight: bool = False  # and a bias, for an op that takes one
     # (dim, count): check only these slices (huge inputs; a whole-tensor op's reference is
     # still taken over every element)
     sample: tuple[int, int] | None = None
@@ -155,7 +156,12 @@ def cases(ops: list[str] | None = None, quick: bool = False, huge: bool = True) 
     out: list[Case] = []
     for spec in REGISTRY.values():
         if ops is None or spec.name in ops:
-            out += _whole_cases(spec, quick, huge) if spec.whole else _op_cases(spec, quick, huge)
+            if spec.whole:
+                out += _whole_cases(spec, quick, huge)
+            elif spec.trailing:
+                out += _trailing_cases(spec, quick, huge)
+            else:
+                out += _op_cases(spec, quick, huge)
     return out
 
 
@@ -183,6 +189,53 @@ def _whole_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
         out.append(Case(f"{op} >2**31 (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), None,
                         sample=(0, 6)))
+    return out
+
+
+def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
+    """layer_norm's: normalized_shape of one to three last dims, on rows, strided last dims
+    (each STRIDED dim moved last), views, weight and bias, special values."""
+    op, dist = spec.name, spec.values
+    out: list[Case] = []
+
+    def case(name, shape, k, dtype=torch.float32, d=dist, view=None, specials=None, **kw):
+        probe = torch.empty(shape, device="meta")
+        probe = view(probe) if view else probe
+        out.append(Case(f"{op} {name}", op, maker(shape, dtype, d, view=view, specials=specials),
+                        tuple(probe.shape[probe.dim() - k:]), **kw))
+    row_shapes = ROW_SHAPES + ([] if quick else LONG_ROW_SHAPES)
+    for dtype in DTYPES:
+        for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
+            case(f"rows {shape} {_dt(dtype)}", shape, 1, dtype)
+        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:7]:
+            case(f"{shape} dim {dim} last {_dt(dtype)}", shape, 1, dtype, view=lambda x, d=dim: x.movedim(d, -1))
+    for shape, k in [((4, 6, 7), 2), ((2, 3, 4, 5), 3), ((3, 5), 2), ((2, 8, 33, 65), 2)]:
+        case(f"{shape} last {k} dims", shape, k)
+    for vname, (v, shape, _) in VIEWS.items():
+        case(vname, shape, 1, view=v)
+    case("unfoldable, last 2 dims", (2, 3, 4, 9), 2, view=VIEWS["unfoldable"][0])
+    case("channels_last, last 3 dims", (2, 6, 7, 40), 3, view=VIEWS["channels_last"][0])
+    for d in ["uniform", "mixed", "large", "tiny"]:
+        case(f"{d} (64, 4099)", (64, 4099), 1, d=d)
+    # A mean far from 0: a squared sum less a sum squared would lose every digit in fp32.
+    for shape in [(64, 4099), (4, 65537)] + ([] if quick else [(1, 1_000_003)]):
+        case(f"mean 1e3 {shape}", shape, 1, specials=lambda x: x.add_(1e3))
+    case("mean 1e3 strided (2, 4099, 8) dim 1 last", (2, 4099, 8), 1, view=lambda x: x.movedim(1, -1),
+         specials=lambda x: x.add_(1e3))
+    case("zero row", (4, 515), 1, specials=_zero_row)
+    case("eps=0 zero row", (4, 515), 1, specials=_zero_row, kwargs={"eps": 0.0})
+    case("inf/nan", (4, 515), 1, specials=_inf_nan)
+    case("empty", (0, 17), 1)
+    case("empty dim", (5, 0, 3), 1)
+    case("empty normalized", (5, 0, 3), 2)
+    for shape, k, dtype, v in [((6, 4096), 1, torch.float32, None), ((6, 4096), 1, torch.bfloat16, None),
+                               ((5, 1001), 1, torch.float32, None), ((2, 64, 9, 8), 2, torch.float16, None),
+                               ((3, 65539), 1, torch.float32, None), ((64, 33), 1, torch.float32, VIEWS["transposed"][0]),
+                               ((2, 131075), 1, torch.float32, None)]:
+        case(f"weight, bias {shape} last {k} {_dt(dtype)}{' transposed' if v else ''}", shape, k, dtype, view=v,
+             with_weight=True)
+    if huge and not quick:  # more than 2**31 elements: 64-bit offsets
+        case(">2**31 rows (32769, 65537)", (32769, 65537), 1, sample=(0, 6))
     return out
 
 
@@ -244,8 +297,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     return out
 
 
-def _wrapped(dim: int | None, x: torch.Tensor) -> int | None:
-    return None if dim is None else dim % max(x.dim(), 1)
+def _wrapped(dim: int | tuple | None, x: torch.Tensor) -> int | tuple | None:
+    return dim if dim is None or isinstance(dim, tuple) else dim % max(x.dim(), 1)
 
 
 def _dt(dtype: torch.dtype) -> str:
@@ -273,34 +326,45 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
     return (diff / norm if norm > 0 else diff), ""
 
 
-def _args(case: Case, weight: torch.Tensor | None) -> list:
-    return case.spec.args(dict(case.kwargs, weight=weight))
+def _args(case: Case, params: dict) -> list:
+    return case.spec.args(dict(case.kwargs, **params))
 
 
-def run_op(case: Case, x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+def _folds(x: torch.Tensor, out: torch.Tensor, dim) -> bool:
+    """Whether the kernel can write x's result into out (else the public API runs)."""
+    if isinstance(dim, tuple):  # layer_norm: its normalized dims merged, in both
+        x, out = (view.merge_trailing(t, len(dim)) for t in (x, out))
+        return x is not None and out is not None and view.fold(x, out, x.dim() - 1) is not None
+    return view.fold(x, out, dim) is not None
+
+
+def run_op(case: Case, x: torch.Tensor, params: dict, out: torch.Tensor | None) -> torch.Tensor:
     """The op; on CUDA into ``out`` when given (and x's layout folds), else through the public API."""
     spec, dim = case.spec, _wrapped(case.dim, x)
-    if x.is_cuda and out is not None and view.fold(x, out, dim) is not None:
-        return spec.launch(x, dim, *_args(case, weight), out=out)
-    return spec.call(x, case.dim, *_args(case, weight))
+    if x.is_cuda and out is not None and _folds(x, out, dim):
+        return spec.launch(x, dim, *_args(case, params), out=out)
+    return spec.call(x, case.dim, *_args(case, params))
 
 
 def check(case: Case, device: str = "cuda") -> Result:
     spec = case.spec
     x = case.make(device)
     dim = _wrapped(case.dim, x)
-    weight = None
+    params = {}  # the weight, and a bias for an op that takes one
     if case.with_weight:
-        weight = (torch.rand(x.shape[dim] if x.dim() else 1, device=device) + 0.5).to(x.dtype)
+        shape = dim if isinstance(dim, tuple) else (x.shape[dim] if x.dim() else 1,)
+        params["weight"] = (torch.rand(shape, device=device) + 0.5).to(x.dtype)
+        if spec.takes("bias"):
+            params["bias"] = torch.randn(shape, device=device).to(x.dtype)
     out = view.output_like(x)
     # NaN poison shows unwritten elements wherever the reference has none; else a sentinel.
     poison = math.nan if not x.isnan().any() else -1234.5
     out.fill_(poison)
-    y = run_op(case, x, weight, out)
+    y = run_op(case, x, params, out)
     if x.is_cuda:
         torch.cuda.synchronize()
     detail, ref = "", None
-    wide = None if weight is None else weight.double()
+    wide = {k: t.double() for k, t in params.items()}
     if case.sample is not None:
         sdim, count = case.sample
         if not bool(x.isnan().any()) and bool(y.isnan().any()):
@@ -319,10 +383,13 @@ def check(case: Case, device: str = "cuda") -> Result:
         # between two evaluation orders instead, (n - 1) roundings of a length-n scan.
         bound = max(1, x.shape[dim] - 1 if x.dim() else 0) * UNIT_ROUNDOFF[x.dtype]
     elif spec.family.name == "scan":  # no worse than 2x PyTorch's own error on the same input
-        theirs = spec.expression(x, dim, *_args(case, weight))
+        theirs = spec.expression(x, dim, *_args(case, params))
         torch_err, _ = rel_error(theirs, ref)
         bound = max(2 * torch_err, 2 * UNIT_ROUNDOFF[x.dtype])
     else:  # and no worse than twice the exact result rounded once (16-bit subnormal outputs)
         bound = max(NORM_BOUNDS[x.dtype], 2 * rel_error(ref.to(y.dtype), ref)[0])
+        if spec.trailing:  # layer_norm: the mean's own rounding scales with |mean| / std: nor
+            # worse than twice PyTorch's error on the same input
+            bound = max(bound, 2 * rel_error(spec.expression(x, dim, *_args(case, params)), ref)[0])
     passed = not mismatch and err <= bound
     return Result(case, _dt(x.dtype), tuple(x.shape), err, bound, passed, mismatch or detail)

@@ -44,7 +44,7 @@ class Entry:
     op: str                  # the op's public name
     shape: tuple[int, ...]
     dtype: torch.dtype
-    dim: int | None                              # None: a whole-tensor op
+    dim: int | tuple | None                      # None: a whole-tensor op; a tuple: normalized_shape
     kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for weight
     weight: bool = False
     baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, weight)
@@ -129,7 +129,8 @@ def inputs(entry: Entry, device: str) -> list[torch.Tensor]:
 def weight(entry: Entry, device: str) -> torch.Tensor | None:
     if not entry.weight:
         return None
-    return (torch.rand(entry.shape[entry.dim], device=device) + 0.5).to(entry.dtype)
+    shape = entry.dim if isinstance(entry.dim, tuple) else (entry.shape[entry.dim],)  # layer_norm's: normalized_shape
+    return (torch.rand(shape, device=device) + 0.5).to(entry.dtype)
 
 
 def _grad_inputs(x: torch.Tensor, w) -> list[torch.Tensor]:
@@ -178,7 +179,7 @@ def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, spec.values), entry.dim,
                         dict(entry.kwargs), with_weight=entry.weight)
     if math.prod(entry.shape) > 1 << 26:
-        case.sample = (0 if entry.dim is None else
+        case.sample = (0 if entry.dim is None or isinstance(entry.dim, tuple) else
                        next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape)), 32)
     r = testing.check(case, device)
     return r.error, r.bound, r.passed

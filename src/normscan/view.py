@@ -93,6 +93,21 @@ def fold_strides(x: torch.Tensor, y: torch.Tensor, dim: int) -> View | None:
     return View(outer, length, inner, xso, sl[0], xsi, yso, sl[1], ysi)
 
 
+def merge_trailing(x: torch.Tensor, count: int) -> torch.Tensor | None:
+    """x with its last ``count`` dims as one (a view; layer_norm's normalized dims), or None
+    where they are not one run of constant stride."""
+    lead = list(x.shape[:x.dim() - count])
+    sizes, strides = x.shape[x.dim() - count:], x.stride()[x.dim() - count:]
+    expected = None  # the stride the next dim of size > 1 must have
+    for size, stride in reversed(list(zip(sizes, strides))):
+        if size == 1:
+            continue
+        if expected is not None and stride != expected:
+            return None
+        expected = stride * size
+    return x.view(lead + [math.prod(sizes)])
+
+
 def prepare(x: torch.Tensor, dim: int, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, View]:
     """(x, y, view) for one launch around ``dim`` (None: every element). ``out`` (the checks
     pass a poisoned buffer) is used as y; x's layout must then fold with it."""

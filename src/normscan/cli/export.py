@@ -62,9 +62,12 @@ class ModelNew(nn.Module):
         kwargs = dict(self.kwargs)
         dim = kwargs.pop("dim", None)  # None: every element
         x = x.contiguous()
+        shape = x.shape
+        if "normalized_shape" in kwargs:  # the last dims, as one row
+            x, dim = x.view(-1, math.prod(kwargs.pop("normalized_shape"))), 1
         y = torch.empty_like(x)
         {launcher}(_ext, x, y, OP, fold(x, y, None if dim is None else dim % max(x.dim(), 1)), **kwargs)
-        return y
+        return y.view(shape)
 
 
 {inputs}'''

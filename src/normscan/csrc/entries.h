@@ -9,9 +9,10 @@
 #include <optional>
 #include <tuple>
 
-// y = apply(x, scale(reduce(x))) [* weight] along the view's length (x * scale for the norms).
-void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight, int64_t op,
-                  at::IntArrayRef view, double eps);
+// y = apply(x, scale(reduce(x))) [* weight] [+ bias] along the view's length (x * scale for
+// the norms).
+void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
+                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
 // the weight's as per-row-group partial sums (the first result's rows, summed in order, are
 // dw; into dw_part when given, which must have their shape). g's rows are contiguous,

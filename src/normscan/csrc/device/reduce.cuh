@@ -42,11 +42,40 @@ struct MaxSumOp {
   }
 };
 
+// a / b for counts and sums: fp32 by the fast division (2 ulp; the IEEE one's slow path
+// made layer_norm's kernels spill).
+template <typename A> __device__ __forceinline__ A ratio(A a, A b) {
+  if constexpr (sizeof(A) == 4) return __fdividef(a, b);
+  else return a / b;
+}
+
+// The count n of some values, their mean, and m2, the sum of their squared deviations from
+// it: a layer norm's row statistics, merged (Chan, Golub and LeVeque) without the
+// cancellation of a sum of squares less a squared sum.
+template <typename A> struct MeanM2 {
+  A n, mean, m2;
+};
+struct MeanM2Op {
+  static constexpr bool kCostly = true;  // a division
+  template <typename P> static __device__ __forceinline__ P identity() { return P{0, 0, 0}; }
+  template <typename A> static __device__ __forceinline__ MeanM2<A> apply(MeanM2<A> a, MeanM2<A> b) {
+    const A n = a.n + b.n;
+    if (b.n == A(0)) return a;
+    if (a.n == A(0)) return b;
+    const A d = b.mean - a.mean, f = ratio(b.n, n);
+    return MeanM2<A>{n, a.mean + d * f, a.m2 + b.m2 + d * d * a.n * f};
+  }
+};
+
 constexpr unsigned kFullMask = 0xffffffffu;
 
 template <typename A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(kFullMask, v, o); }
 template <typename A> __device__ __forceinline__ MaxSum<A> shfl_xor(MaxSum<A> v, int o) {
   return MaxSum<A>{shfl_xor(v.max, o), shfl_xor(v.sum, o)};
+}
+
+template <typename A> __device__ __forceinline__ MeanM2<A> shfl_xor(MeanM2<A> v, int o) {
+  return MeanM2<A>{shfl_xor(v.n, o), shfl_xor(v.mean, o), shfl_xor(v.m2, o)};
 }
 
 // Op over the 32 lanes of a warp; every lane gets the result.

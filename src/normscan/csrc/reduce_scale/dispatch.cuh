@@ -103,7 +103,7 @@ inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t
     if (n <= StridedVecCluster<T>::kHeld * max_cluster)
       return launch_strided_cluster<T, Op, StridedVecCluster<T>>(a, stream);
   }
-  if (n <= StridedFew<T>::kHeld) return launch_strided<T, Op, StridedFew<T>>(a, stream);
+  if (n <= StridedFew<T, Op>::kHeld) return launch_strided<T, Op, StridedFew<T, Op>>(a, stream);
   if (n <= StridedShort<T>::kHeld) return launch_strided<T, Op, StridedShort<T>>(a, stream);
   if (n <= StridedCluster<T>::kHeld * max_cluster) return launch_strided_cluster<T, Op, StridedCluster<T>>(a, stream);
   if (vec) return launch_strided<T, Op, StridedVecReread<T>>(a, stream);

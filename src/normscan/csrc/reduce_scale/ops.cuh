@@ -1,8 +1,9 @@
-// Reduce-then-scale family: y = apply(x, scale(sum(map(x)))) [* w] over one dim of a tensor
-// seen as (outer, length, inner); apply is x * scale for the norms. The ops differ only in
-// their functor.
+// Reduce-then-scale family: y = apply(x, scale(sum(map(x)))) [* w] [+ b] over one dim of a
+// tensor seen as (outer, length, inner); apply is x * scale for the norms. The ops differ
+// only in their functor.
 #pragma once
 
+#include "../device/reduce.cuh"
 #include "../device/view.cuh"
 
 namespace normscan {
@@ -11,19 +12,24 @@ template <typename T> struct ReduceScaleArgs {
   const T* x;
   T* y;
   const T* w;  // optional, may be null: one weight per position along the reduced dim
+  const T* b;  // likewise a bias (kBiased ops)
   View view;
   double eps;
 };
 
 // map: what is summed; scale: the row's factor from that sum; apply: an element's output
-// (x * scale for the norms); kWeighted: whether the op takes a weight; kMaxShifted: the
-// row's maximum m is found first and map and apply see x - m (softmax: exp(x - m) cannot
-// overflow); kFusedBackward: backward.cuh serves the op. For the backward (backward.cuh), with
-// c = scale(S) and S = sum(map(x)): dx = c * g * w + grad_coef(c, n) * D * dmap(x), where
-// D = sum(g * w * x) and grad_coef(c, n) * dmap(x) = dc/dS * map'(x).
-struct L2NormOp {
-  static constexpr bool kWeighted = false;
-  static constexpr bool kMaxShifted = false, kFusedBackward = true;
+// (x * scale for the norms); kWeighted, kBiased: whether the op takes a weight, a bias;
+// kMaxShifted: the row's maximum m is found first and map and apply see x - m (softmax:
+// exp(x - m) cannot overflow); kCentered: likewise the row's mean (layer_norm: map sums
+// squared deviations); kFusedBackward: backward.cuh serves the op. For the backward
+// (backward.cuh), with c = scale(S) and S = sum(map(x)): dx = c * g * w + grad_coef(c, n) *
+// D * dmap(x), where D = sum(g * w * x) and grad_coef(c, n) * dmap(x) = dc/dS * map'(x).
+struct ReduceScaleTraits {
+  static constexpr bool kWeighted = false, kBiased = false, kMaxShifted = false, kCentered = false,
+                        kFusedBackward = false;
+};
+struct L2NormOp : ReduceScaleTraits {
+  static constexpr bool kFusedBackward = true;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
@@ -32,9 +38,8 @@ struct L2NormOp {
   template <typename A> static __device__ __forceinline__ A dmap(A v) { return v; }
   template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t) { return -c * c * c; }
 };
-struct L1NormOp {
-  static constexpr bool kWeighted = false;
-  static constexpr bool kMaxShifted = false, kFusedBackward = true;
+struct L1NormOp : ReduceScaleTraits {
+  static constexpr bool kFusedBackward = true;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return fabs(v); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
@@ -44,9 +49,8 @@ struct L1NormOp {
   template <typename A> static __device__ __forceinline__ A dmap(A v) { return v > A(0) ? A(1) : (v < A(0) ? A(-1) : v); }
   template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t n) { return -c * c / A(n); }
 };
-struct RmsNormOp {
-  static constexpr bool kWeighted = true;
-  static constexpr bool kMaxShifted = false, kFusedBackward = true;
+struct RmsNormOp : ReduceScaleTraits {
+  static constexpr bool kWeighted = true, kFusedBackward = true;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
@@ -68,27 +72,44 @@ template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
 // softmax: exp(x - m) / sum(exp(x - m)); log_softmax: (x - m) - log(sum(exp(x - m))). A row
 // of -inf, or with +inf or NaN, gives NaN, as PyTorch's does. Their map must be exp: the
 // kernels rescale partial sums to a larger maximum (MaxSumOp, device/reduce.cuh).
-struct SoftmaxOp {
-  static constexpr bool kWeighted = false, kMaxShifted = true, kFusedBackward = false;
+struct SoftmaxOp : ReduceScaleTraits {
+  static constexpr bool kMaxShifted = true;
   template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return A(1) / s; }
   template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return exp_shifted(u) * scale; }
 };
-struct LogSoftmaxOp {
-  static constexpr bool kWeighted = false, kMaxShifted = true, kFusedBackward = false;
+struct LogSoftmaxOp : ReduceScaleTraits {
+  static constexpr bool kMaxShifted = true;
   template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return log(s); }
   template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return u - scale; }
+};
+
+// layer_norm: (x - mean) / sqrt(var + eps) [* w] [+ b], var the biased variance (the mean
+// of map(x - mean)), as F.layer_norm. Kernels that hold the row sum it first for the mean;
+// those that read it twice merge each batch's mean and squared deviations (MeanM2).
+struct LayerNormOp : ReduceScaleTraits {
+  static constexpr bool kWeighted = true, kBiased = true, kCentered = true;
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
+  template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
+  // rsqrt, as PyTorch's kernel (2 ulp in fp32); IEEE division and square root spilled the
+  // strided kernel's 16 columns a thread.
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
+    return rsqrt(ratio(s, A(n)) + A(eps));
+  }
 };
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
 // against this list by tests/test_registry.py.
 #ifndef NORMSCAN_REDUCE_SCALE_OPS  // an exported KernelBench file lists its one op itself
 #define NORMSCAN_REDUCE_SCALE_OPS(X) \
-  X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp)
+  X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp) X(5, LayerNormOp)
 #endif
 
 NORMSCAN_OP_VISITOR(with_reduce_scale_op, NORMSCAN_REDUCE_SCALE_OPS)
+
+// Whether map and apply see x less a row's shift (its maximum or mean).
+template <typename Op> constexpr bool kShifted = Op::kMaxShifted || Op::kCentered;
 
 // The resident blocks a SM a kernel asks of the compiler: half for doubles of a max-shifted
 // op, whose exp spills at the norms' register counts (the dispatchers give those no block of
@@ -96,24 +117,27 @@ NORMSCAN_OP_VISITOR(with_reduce_scale_op, NORMSCAN_REDUCE_SCALE_OPS)
 // too (4 bytes spilled there in the cluster and strided kernels, none on sm_90).
 template <typename T, typename Op> constexpr int min_blocks(int asked) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  constexpr bool kWide = Op::kMaxShifted && sizeof(T) != 4;
+  constexpr bool kWide = kShifted<Op> && sizeof(T) != 4;
 #else
-  constexpr bool kWide = Op::kMaxShifted && sizeof(T) == 8;
+  constexpr bool kWide = kShifted<Op> && sizeof(T) == 8;
 #endif
   return kWide ? (asked + 1) / 2 : asked;
 }
 
-// An element's value as map and apply see it: x - shift for the max-shifted ops.
+// An element's value as map and apply see it: x - shift for the shifted ops.
 template <typename Op, typename A> __device__ __forceinline__ A shifted(A v, A shift) {
-  if constexpr (Op::kMaxShifted) return v - shift;
+  if constexpr (kShifted<Op>) return v - shift;
   else return v;
 }
 
-// y = apply(x, scale) [* w], one element.
+// y = apply(x, scale) [* w] [+ b], one element.
 template <typename Op, typename T>
-__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const T* w, int64_t l) {
+__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const T* w, const T* b, int64_t l) {
   acc_t<T> v = Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
   if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
+  if constexpr (Op::kBiased) {
+    if (b != nullptr) v += Convert<T>::to_acc(b[l]);
+  }
   return Convert<T>::from_acc(v);
 }
 

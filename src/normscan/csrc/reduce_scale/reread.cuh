@@ -1,4 +1,4 @@
-// Rows read twice: y = apply(x, scale(sum over the row)) [* w] for rows too long to hold on
+// Rows read twice: y = apply(x, scale(sum over the row)) [* w] [+ b] for rows too long to hold on
 // chip, or whose x and y rows are aligned differently (then V == 1), in V-element vectors: a
 // pass that sums, then a pass that scales. The scaling pass walks backwards, so it starts
 // with the lines the summing pass read last: those most likely still in L2.
@@ -12,7 +12,8 @@
 //   row's statistics in the same order (the same bits). Part and span 0 also take the row's
 //   unaligned edges.
 // A max-shifted op keeps a running maximum with its sum, rescaling the sum when the maximum
-// grows (once per kRereadUnroll vectors), so it too reads x twice.
+// grows (once per kRereadUnroll vectors), so it too reads x twice; a centered op merges each
+// such batch's mean and squared deviations into its running ones (MeanM2).
 #pragma once
 
 #include <type_traits>
@@ -25,10 +26,13 @@ namespace normscan {
 
 constexpr int kRereadUnroll = 4;  // vectors in flight per thread
 
-// A row's statistic, as threads hold and combine it: the sum of map(x), or for max-shifted
-// ops the maximum with the sum of map(x - maximum).
-template <typename Op, typename A> using RowStat = std::conditional_t<Op::kMaxShifted, MaxSum<A>, A>;
-template <typename Op> using RowStatOp = std::conditional_t<Op::kMaxShifted, MaxSumOp, SumOp>;
+// A row's statistic, as threads hold and combine it: the sum of map(x), for max-shifted
+// ops the maximum with the sum of map(x - maximum), for centered ops the count, mean and
+// sum of squared deviations (map(x - mean): x * x).
+template <typename Op, typename A>
+using RowStat = std::conditional_t<Op::kMaxShifted, MaxSum<A>, std::conditional_t<Op::kCentered, MeanM2<A>, A>>;
+template <typename Op>
+using RowStatOp = std::conditional_t<Op::kMaxShifted, MaxSumOp, std::conditional_t<Op::kCentered, MeanM2Op, SumOp>>;
 
 // One thread's running statistic of values of a row.
 template <typename Op, typename A> struct RowAccumulator {
@@ -37,9 +41,23 @@ template <typename Op, typename A> struct RowAccumulator {
   // -inf every value seen was -inf and adds nothing (their NaN, if the row's maximum is -inf
   // too, comes from apply).
   A shift = MaxOp::identity<A>();
+  MeanM2<A> moments{0, 0, 0};  // centered ops: of x - pilot, the row's first element (RereadRow::pilot)
+  A pilot = A(0);
 
-  // Adds the first n of vals.
+  // Adds the first n (> 0) of vals.
   template <int N> __device__ __forceinline__ void add(const A (&vals)[N], int n) {
+    if constexpr (Op::kCentered) {
+      A s = A(0), q = A(0);
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (i < n) s += vals[i] - pilot;
+      const A mean = ratio(s, A(n));
+#pragma unroll
+      for (int i = 0; i < N; ++i)
+        if (i < n) q += Op::map(vals[i] - pilot - mean);
+      moments = MeanM2Op::apply(moments, MeanM2<A>{A(n), mean, q});
+      return;
+    }
     if constexpr (Op::kMaxShifted) {
       A m = shift;
 #pragma unroll
@@ -57,16 +75,19 @@ template <typename Op, typename A> struct RowAccumulator {
   }
   __device__ __forceinline__ RowStat<Op, A> stat() const {
     if constexpr (Op::kMaxShifted) return RowStat<Op, A>{shift, sum};
+    else if constexpr (Op::kCentered) return moments;
     else return sum;
   }
 };
 
-// A row's factor and shift (0 unless max-shifted) from its statistic.
+// A row's factor and shift (0 unless max-shifted or centered) from its statistic.
 template <typename A> struct RowScale {
   A scale, shift;
 };
-template <typename Op, typename A> __device__ __forceinline__ RowScale<A> row_scale(RowStat<Op, A> stat, int64_t n, double eps) {
+template <typename Op, typename A>
+__device__ __forceinline__ RowScale<A> row_scale(RowStat<Op, A> stat, int64_t n, double eps, A pilot) {
   if constexpr (Op::kMaxShifted) return RowScale<A>{Op::scale(stat.sum, n, eps), stat.max};
+  else if constexpr (Op::kCentered) return RowScale<A>{Op::scale(stat.m2, n, eps), pilot + stat.mean};
   else return RowScale<A>{Op::scale(stat, n, eps), A(0)};
 }
 
@@ -78,6 +99,16 @@ template <typename T, int V> struct RereadRow {
   RowSplit s;
   __device__ __forceinline__ RereadRow(const ReduceScaleArgs<T>& a, int64_t row)
       : xr(a.x + row * a.view.x_so), yr(a.y + row * a.view.y_so), s(split_row<T, V>(xr, a.view.length)) {}
+  // A centered op's statistics are of x less the row's first element: its mean then loses
+  // no digits to the mean's own size (as the rows kernel's).
+  template <typename Op> __device__ __forceinline__ acc_t<T> pilot() const {
+    return Op::kCentered ? Convert<T>::to_acc(xr[0]) : acc_t<T>(0);
+  }
+  template <typename Op> __device__ __forceinline__ RowAccumulator<Op, acc_t<T>> accumulator() const {
+    RowAccumulator<Op, acc_t<T>> acc;
+    acc.pilot = pilot<Op>();
+    return acc;
+  }
   __device__ __forceinline__ bool has_edge() const { return threadIdx.x < s.head + s.tail; }
   __device__ __forceinline__ int64_t edge_at() const {
     return threadIdx.x < s.head ? threadIdx.x : s.nvec * V + threadIdx.x;
@@ -88,8 +119,8 @@ template <typename T, int V> struct RereadRow {
     const acc_t<T> e[1] = {Convert<T>::to_acc(xr[edge_at()])};
     acc.add(e, 1);
   }
-  template <typename Op> __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const T* w) const {
-    yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, w, edge_at());
+  template <typename Op> __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const T* w, const T* b) const {
+    yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, w, b, edge_at());
   }
 
   // Adds vectors [begin, end) to acc, BLOCK threads a stride.
@@ -114,7 +145,8 @@ template <typename T, int V> struct RereadRow {
 
   // Scales vectors [begin, end) into y, walking backwards.
   template <int BLOCK, typename Op>
-  __device__ __forceinline__ void scale_vectors(int64_t begin, int64_t end, RowScale<acc_t<T>> rs, const T* w) const {
+  __device__ __forceinline__ void scale_vectors(int64_t begin, int64_t end, RowScale<acc_t<T>> rs, const T* w,
+                                                const T* b) const {
     constexpr int U = kRereadUnroll;
     const T* xb = xr + s.head;
     T* yb = yr + s.head;
@@ -129,7 +161,7 @@ template <typename T, int V> struct RereadRow {
           const int64_t l = s.head + (j - u * BLOCK) * V;
           Vec<T, V> out;
 #pragma unroll
-          for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], rs.scale, rs.shift, w, l + i);
+          for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], rs.scale, rs.shift, w, b, l + i);
           store_vec<T, V>(yb + (j - u * BLOCK) * V, out);
         }
     }
@@ -137,9 +169,10 @@ template <typename T, int V> struct RereadRow {
 };
 
 // Max-shifted ops hold a maximum and rescale: up to 128 registers (at 64 they spill); so do
-// doubles (the split scaling kernel of rms_norm and l1_normalize spilled 24 bytes on sm_80).
+// centered ops (16-bit layer_norm's summing kernel spilled 4 bytes) and doubles (the split
+// scaling kernel of rms_norm and l1_normalize spilled 24 bytes on sm_80).
 template <typename T, typename Op> constexpr int reread_min_blocks() {
-  return Op::kMaxShifted || sizeof(T) == 8 ? 1 : 2;
+  return kShifted<Op> || sizeof(T) == 8 ? 1 : 2;
 }
 
 template <typename T, typename Op, int BLOCK, int V>
@@ -150,13 +183,13 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scal
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x, parity ^= 1) {
     const RereadRow<T, V> r(a, row);
-    RowAccumulator<Op, A> acc;
+    auto acc = r.template accumulator<Op>();
     if (r.has_edge()) r.add_edge(acc);
     r.template add_vectors<BLOCK>(0, r.s.nvec, acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
-    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps);
-    if (r.has_edge()) r.template scale_edge<Op>(rs, a.w);
-    r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a.w);
+    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, acc.pilot);
+    if (r.has_edge()) r.template scale_edge<Op>(rs, a.w, a.b);
+    r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a.w, a.b);
   }
 }
 
@@ -178,7 +211,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
   for (int64_t u = blockIdx.x; u < a.view.outer * c.parts; u += gridDim.x, parity ^= 1) {
     const int64_t part = u % c.parts;
     const RereadRow<T, V> r(a, u / c.parts);
-    RowAccumulator<Op, A> acc;
+    auto acc = r.template accumulator<Op>();
     if (part == 0 && r.has_edge()) r.add_edge(acc);
     for (int64_t t = part; t * TILE < r.s.nvec; t += c.parts)
       r.template add_vectors<BLOCK>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
@@ -201,10 +234,10 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     Stat stat = RowStatOp<Op>::template identity<Stat>();
     for (int64_t k = threadIdx.x; k < c.parts; k += BLOCK) stat = RowStatOp<Op>::apply(stat, stats[row * c.parts + k]);
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
-    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps);
     const RereadRow<T, V> r(a, row);
-    if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a.w);
-    r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a.w);
+    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, r.template pilot<Op>());
+    if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a.w, a.b);
+    r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a.w, a.b);
   }
 }
 

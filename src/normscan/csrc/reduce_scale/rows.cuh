@@ -1,6 +1,8 @@
-// Rows held on chip: y = apply(x, scale(sum over the row)) [* w], where the reduced dim is
-// contiguous (inner == 1). x is read from DRAM once; a max-shifted op (softmax) reduces
-// (maximum, sum of exp(x - maximum)) pairs: each thread its own values', then the row's.
+// Rows held on chip: y = apply(x, scale(sum over the row)) [* w] [+ b], where the reduced
+// dim is contiguous (inner == 1). x is read from DRAM once; a max-shifted op (softmax)
+// reduces (maximum, sum of exp(x - maximum)) pairs: each thread its own values', then the
+// row's; a centered op (layer_norm) reduces the row's sum, then its squared deviations
+// from the mean.
 //
 // TPR threads hold one row (BLOCK / TPR rows per block); with a cluster of C blocks
 // (TPR == BLOCK), the row is spread over the C blocks. Each thread holds NV vectors of the
@@ -47,6 +49,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr int WARPS_PER_ROW = TPR / 32;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   constexpr bool SHIFTED = Op::kMaxShifted;  // reduces MaxSum pairs instead (map is exp)
+  constexpr bool CENTERED = Op::kCentered;   // two sums a row: the mean's (buffer 0), then map's (1)
   __shared__ A warp_part[2][SHIFTED ? 1 : BLOCK / 32];  // double-buffered: one barrier per row
   __shared__ A cta_part[2];
   __shared__ MaxSum<A> warp_stat[2][SHIFTED ? BLOCK / 32 : 1];
@@ -58,8 +61,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   // loops of aligned rows under one branch. The clustered kernel keeps both: its schedule
   // at 64 registers moves with any change (NOTES.md).
   const T* const w = (Op::kWeighted || CLUSTER) ? a.w : nullptr;
+  const T* const b = Op::kBiased ? a.b : nullptr;
 #ifdef NORMSCAN_CLUSTERS  // sm_90, where they were measured; on sm_80 one-warp 16-bit rows spill with them
-  constexpr bool W_AHEAD = Op::kWeighted && SNV == 0 && NV <= 4;
+  constexpr bool W_AHEAD = Op::kWeighted && !Op::kBiased && SNV == 0 && NV <= 4;  // with a bias, it spilled
   // Weighted fp16 rows take neither hint, and weighted 16-bit rows on 1024 threads load x
   // plainly: the hints' registers spill there.
   constexpr bool L2_LAST = !CLUSTER && !(Op::kWeighted && std::is_same<T, __half>::value);
@@ -188,14 +192,27 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       shift = stat.max;
       sum = stat.sum;
     } else {
-      sum = fold(SumOp{}, A(0), [](A v) { return Op::map(v); });
-      sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[parity], group * WARPS_PER_ROW, me);
+      if constexpr (CENTERED) {
+        // The mean as the row's first element plus the mean of the differences from it:
+        // summing x itself lost 0.7 ulp of a mean of 1e3 (PyTorch's Welford 0.3).
+        const A pilot = Convert<T>::to_acc(cur.x[0]);
+        A total = fold(SumOp{}, A(0), [&](A v) { return v - pilot; });
+        total = block_group_sum<WARPS_PER_ROW>(total, warp_part[0], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-      if (csize > 1) sum = cluster_sum(sum, &cta_part[parity], csize);
+        if (csize > 1) total = cluster_sum(total, &cta_part[0], csize);
+#endif
+        shift = pilot + total / A(a.view.length);
+      }
+      const int buf = CENTERED ? 1 : parity;
+      sum = fold(SumOp{}, A(0), [&](A v) { return Op::map(shifted<Op>(v, shift)); });
+      sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[buf], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) sum = cluster_sum(sum, &cta_part[buf], csize);
 #endif
     }
     const A scale = Op::scale(sum, a.view.length, a.eps);
     const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
+    const bool b_vec = b != nullptr && reinterpret_cast<uintptr_t>(b + cur.body) % 16 == 0;
     // The weight is tested once a vector, not once an element, and 16-bit results are
     // rounded two to an instruction (fewer instructions a row: NOTES.md). W_AHEAD is written
     // so that kernels without it keep their code.
@@ -213,6 +230,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
 #pragma unroll
         for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(w[l + i]);
       }
+      if constexpr (Op::kBiased) {
+        if (b_vec) {
+          const VT bv = load_vec<T, V>(b + l);
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[i] += Convert<T>::to_acc(bv.v[i]);
+        } else if (b != nullptr) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) v[i] += Convert<T>::to_acc(b[l + i]);
+        }
+      }
       store_vec<T, V, L2_LAST>(cur.y + l, from_acc_vec<T, V>(v));
     };
     const bool next_row = PIPELINE && base + step < a.view.outer;
@@ -226,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     if (CLUSTER || cur.edge_count > 0) {
 #pragma unroll
       for (int i = 0; i < V; ++i)
-        if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one<Op>(edge.v[i], scale, shift, w, cur.edge_start + i);
+        if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one<Op>(edge.v[i], scale, shift, w, b, cur.edge_start + i);
     }
   }
 #ifdef NORMSCAN_CLUSTERS

@@ -1,6 +1,7 @@
-// Strided reduce-then-scale (inner > 1): y = apply(x, scale(sum over each column)) [* w], the
-// reduced dim strided, threads along inner (coalesced); a max-shifted op (softmax) reduces
-// each column's maximum first, then its sum of exp(x - maximum).
+// Strided reduce-then-scale (inner > 1): y = apply(x, scale(sum over each column)) [* w] [+ b],
+// the reduced dim strided, threads along inner (coalesced); a max-shifted op (softmax)
+// reduces each column's maximum first, then its sum of exp(x - maximum), a centered one
+// (layer_norm) its sum first (the mean), then its squared deviations.
 //
 // A block is BX threads along inner by BY threads along the reduced dim. Thread tx takes
 // CPT groups of VI adjacent positions along inner, groups BX * VI apart: VI > 1 reads them
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
   constexpr int TILE = Cfg::kTile;
   constexpr bool PREFETCH = Cfg::template prefetches<T>();
   constexpr int NT = Cfg::kThreads;
-  constexpr bool SHIFTED = Op::kMaxShifted;  // two reductions a tile: the maxima, then the sums
+  constexpr bool SHIFTED = kShifted<Op>;  // two reductions a tile: the maxima or means, then the sums
   struct Columns {
     A v[CPT][VI];
   };
@@ -189,8 +190,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
       if (PREFETCH) prefetch(tile + tile_step);
     };
     Columns shift{};
-    if constexpr (SHIFTED) {
+    if constexpr (Op::kMaxShifted) {
       shift = columns(MaxOp{}, 0, [](A x, int, int) { return x; }, prefetch_next);
+    } else if constexpr (Op::kCentered) {
+      // Each column's mean as its first element plus the mean of the differences from it
+      // (as the rows kernel takes it).
+      Columns pilot{};
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        const int64_t i = i0 + c * BX * VI;
+        if (i >= a.view.inner) continue;
+        const VT first = *reinterpret_cast<const VT*>(a.x + o * a.view.x_so + i * a.view.x_si);
+#pragma unroll
+        for (int v = 0; v < VI; ++v) pilot.v[c][v] = Convert<T>::to_acc(first.v[v]);
+      }
+      shift = columns(SumOp{}, 0, [&](A x, int c, int v) { return x - pilot.v[c][v]; }, prefetch_next);
+      const A inv_length = A(1) / A(a.view.length);
+#pragma unroll
+      for (int c = 0; c < CPT; ++c)
+#pragma unroll
+        for (int v = 0; v < VI; ++v) shift.v[c][v] = pilot.v[c][v] + shift.v[c][v] * inv_length;
     }
     const Columns sum = columns(SumOp{}, SHIFTED ? 1 : parity, [&](A x, int c, int v) { return Op::map(shifted<Op>(x, shift.v[c][v])); },
                                 [&] {
@@ -206,7 +225,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
       auto scale_vec = [&](const VT& x, int64_t l) {
         VT out;
 #pragma unroll
-        for (int v = 0; v < VI; ++v) out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, l);
+        for (int v = 0; v < VI; ++v) out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, a.b, l);
         return out;
       };
       T* q = a.y + o * a.view.y_so + i * a.view.y_si + (l0 + ty) * a.view.y_sl;

@@ -99,7 +99,10 @@ using StridedVecCluster = StridedConfig<256 / kStridedVecClusterBy<T>, kStridedV
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
 template <typename T> constexpr int kStridedRegs = sizeof(T) > 4 ? 2 : 1;
-template <typename T> using StridedFew = StridedConfig<NORMSCAN_STRIDED_BX, 1, 4 / kStridedRegs<T>, true, 16 / kStridedRegs<T>, 1, NORMSCAN_STRIDED_MINB>;
+// Centered ops (layer_norm) take half the columns: their means spilled 16 a thread.
+template <typename T, typename Op>
+using StridedFew = StridedConfig<NORMSCAN_STRIDED_BX, 1, 4 / kStridedRegs<T>, true, (Op::kCentered ? 8 : 16) / kStridedRegs<T>,
+                                 1, NORMSCAN_STRIDED_MINB>;
 template <typename T> using StridedShort = StridedConfig<NORMSCAN_STRIDED_BX, 1, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
 template <typename T> using StridedCluster = StridedConfig<32, 8, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
 // Longer columns are read twice (the second time partly from L2).
