@@ -16,10 +16,10 @@ from .timing import Entry
 
 # Rows of every length class: the row kernels' rungs, a cluster, and short tensors.
 ROW_SHAPES = [(65536, 1024), (8192, 16384), (1024, 262144), (256, 4096), (16, 1024)]
-# Ops swept along the last dim at LLM shapes (attention rows and vocabularies), beside the
-# peers, instead of ROW_SHAPES.
-SOFTMAX_ROW_SHAPES = [(65536, 1024), (32768, 4096), (8192, 32768), (4096, 131072)]
-LAST_DIM_SHAPES = {"softmax": SOFTMAX_ROW_SHAPES, "log_softmax": SOFTMAX_ROW_SHAPES}
+# Ops swept along the last dim at LLM shapes (attention rows and vocabularies; layer_norm's
+# with a weight), beside the peers, instead of ROW_SHAPES.
+LLM_ROW_SHAPES = [(65536, 1024), (32768, 4096), (8192, 32768), (4096, 131072)]
+LAST_DIM_SHAPES = {"softmax": LLM_ROW_SHAPES, "log_softmax": LLM_ROW_SHAPES}
 # Ops with a weight: LLM hidden sizes along the last dim, weighted; and the channel dim of
 # NCHW tensors (fp32).
 WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
@@ -50,6 +50,13 @@ def _quack_rms_norm():
     return lambda x, w: rmsnorm(x, w, eps=1e-5)
 
 
+def _liger_layer_norm():
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+    # Liger takes a bias: zeros, made once per shape (not inside the timed call)
+    zeros = functools.cache(lambda n, dtype, device: torch.zeros(n, dtype=dtype, device=device))
+    return lambda x, w: LigerLayerNormFunction.apply(x, w, zeros(w.shape[0], w.dtype, w.device), 1e-5)
+
+
 def _liger_softmax():
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
     return lambda x, w: LigerSoftmaxFunction.apply(x)
@@ -66,6 +73,7 @@ _PEERS = {
     "rms_norm": {"F.rms_norm": lambda: lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
                  "liger": _liger_rms_norm, "quack": _quack_rms_norm},
     "softmax": {"liger": _liger_softmax, "quack": _quack_softmax},
+    "layer_norm": {"liger": _liger_layer_norm},
 }
 
 
@@ -128,7 +136,7 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             if spec.family.name != "reduce_scale":
                 continue
             if spec.takes("weight"):
-                for shape in WEIGHTED_ROW_SHAPES:
+                for shape in LLM_ROW_SHAPES if spec.trailing else WEIGHTED_ROW_SHAPES:
                     dim = shape[-1:] if spec.trailing else -1
                     out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, dim, weight=True,
                                       with_peers=True))
