@@ -81,6 +81,15 @@ def test_layer_norm_names_a_normalized_shape_it_cannot_take():
         normscan.layer_norm(x, (5,), None, torch.ones(4, 5))
 
 
+def test_layer_norm_out_whose_normalized_dims_do_not_merge_is_refused():
+    """An out (the checks' poisoned buffer) must take the merged row as x does; refused
+    before any kernel runs."""
+    x = torch.randn(2, 3, 4)
+    out = torch.empty(2, 4, 3).transpose(1, 2)
+    with pytest.raises(ValueError, match=r"out's last 2 dims do not merge into one; pass an out laid out as output_like"):
+        REGISTRY["layer_norm"].launch(x, (3, 4), None, None, 1e-5, out=out)
+
+
 @pytest.mark.parametrize("name", ALL_OPS)
 def test_non_tensor_is_named(name):
     with pytest.raises(TypeError, match="expected a torch.Tensor, got list"):

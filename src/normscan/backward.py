@@ -79,7 +79,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
     `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
     for the checks, which poison them."""
-    if spec.trailing:  # layer_norm: its functor has no fused backward
+    if spec.trailing:  # layer_norm: LayerNormOp has no fused backward (kFusedBackward), nor its tuple dim a fold
         return None
     given = dict(zip(spec.params, args))
     eps, weight = given.get("eps", 0.0), given.get("weight")

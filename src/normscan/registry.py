@@ -81,7 +81,7 @@ def normalized_dims(op: str, normalized_shape: object, x: torch.Tensor) -> tuple
     return shape
 
 
-def _reduced_shape(x: torch.Tensor, dim: int | tuple) -> tuple[int, ...]:
+def _param_shape(x: torch.Tensor, dim: int | tuple) -> tuple[int, ...]:
     """The shape a weight must have: normalized_shape (a tuple dim), else x.shape[dim]."""
     if isinstance(dim, tuple):
         return dim
@@ -110,7 +110,7 @@ def _check_weight(op: str, name: str, weight: object, x: torch.Tensor, dim: int)
         return None
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"normscan.{op}: {name} must be a torch.Tensor or None, got {type_name(weight)}")
-    shape = _reduced_shape(x, dim)
+    shape = _param_shape(x, dim)
     if tuple(weight.shape) != shape:
         where = "normalized_shape" if isinstance(dim, tuple) else f"x.shape[{dim}]"
         raise ValueError(f"normscan.{op}: {name} must have shape {shape} ({where}), got {tuple(weight.shape)}")
