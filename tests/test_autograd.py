@@ -8,46 +8,50 @@ import normscan
 from normscan import reference, testing
 from normscan.registry import REGISTRY
 
+from calls import call, op_inputs, region, required
+
 CASES = [("l2_normalize", 1, {}), ("l2_normalize", 0, {}), ("l2_normalize", -1, {}), ("l1_normalize", -1, {}),
          ("rms_norm", 1, {}),
          ("rms_norm", -1, {"eps": 0.1}), ("cumprod", 1, {}), ("cumprod", 0, {"reverse": True}),
          ("cumsum", 1, {"exclusive": True}), ("cumsum", -1, {"reverse": True, "exclusive": True}),
+         ("masked_cumsum", 1, {}), ("masked_cumsum", 0, {"reverse": True, "exclusive": True}),
          ("softmax", 1, {}), ("softmax", 0, {}), ("log_softmax", -1, {}), ("frobenius_normalize", None, {}),
-         ("layer_norm", 1, {}), ("layer_norm", -1, {"eps": 0.1})]
-
-
-def _dim(name, dim, shape):
-    """dim as the op takes it: None for a whole-tensor op, for layer_norm the normalized
-    shape of the dims from dim on."""
-    spec = REGISTRY[name]
-    if spec.trailing:
-        return tuple(shape[dim % len(shape):])
-    return None if spec.whole else dim
+         ("layer_norm", 1, {}), ("layer_norm", -1, {"eps": 0.1}), ("group_norm", None, {}),
+         ("group_norm", None, {"eps": 0.1}), ("instance_norm", None, {}), ("batch_norm", None, {}),
+         ("instance_norm", None, {"use_input_stats": False, "running": True}),
+         ("batch_norm", None, {"training": False, "running": True})]
 
 
 def _params(name) -> list[str]:
-    """The op's tensor arguments (weight, and bias)."""
+    """The op's tensor arguments that get gradients (weight, and bias)."""
     return [n for n in ("weight", "bias") if REGISTRY[name].takes(n)]
 
 
 def _call(path, name, x, dim, kwargs, *params):
+    """The public function or the custom op on x and the weight and bias; "running": True in
+    kwargs gives running statistics (fixed: the gradient's checks evaluate many times)."""
     spec = REGISTRY[name]
+    kwargs = dict(kwargs)
+    if kwargs.pop("running", False):
+        shape, _ = spec.param_shape(tuple(x.shape), None)
+        kwargs.update(running_mean=torch.linspace(-1, 1, shape[0], dtype=x.dtype, device=x.device),
+                      running_var=torch.linspace(0.5, 2, shape[0], dtype=x.dtype, device=x.device))
     given = dict(kwargs, **dict(zip(_params(name), params)))
     if path == "custom op":
-        return spec.custom_op(*spec.op_inputs(x, _dim(name, dim, x.shape), spec.args(given)))
-    dims = () if spec.whole else (_dim(name, dim, x.shape),)
-    return getattr(normscan, name)(x, *dims, **{k: v for k, v in given.items() if k in spec.params})
+        out = spec.custom_op(*op_inputs(name, x, dim, given))
+        return out[0] if spec.has_stats else out
+    return call(name, x, dim, **{k: v for k, v in given.items() if k in spec.params})
 
 
 def _param_shape(name, dim, shape) -> tuple:
-    d = _dim(name, dim, shape)
-    return d if isinstance(d, tuple) else (shape[dim],)
+    x = torch.empty(shape, device="meta")
+    return REGISTRY[name].param_shape(shape, region(name, x, dim))[0]
 
 
 def _inputs(name, dim, device):
-    x = torch.randn(3, 5, 4, dtype=torch.float64, device=device, requires_grad=True)
-    return x, *(torch.rand(_param_shape(name, dim, x.shape), dtype=torch.float64, device=device, requires_grad=True)
-                for _ in _params(name))
+    x = torch.randn(3, 6, 4, dtype=torch.float64, device=device, requires_grad=True)
+    return x, *(torch.rand(_param_shape(name, dim, tuple(x.shape)), dtype=torch.float64, device=device,
+                           requires_grad=True) for _ in _params(name))
 
 
 @pytest.mark.parametrize("name,dim,kwargs", CASES)
@@ -78,10 +82,12 @@ def test_special_values_get_pytorchs_gradient(device):
     x[2, 1] = x[2, 4] = 0
     g = torch.randn(4, 6, dtype=torch.float64, device=device)
     for name, spec in REGISTRY.items():
+        if spec.grouped:  # their statistics are over channels: test_grouped.py's
+            continue
         a = x.clone().requires_grad_()
         b = x.clone().requires_grad_()
         ours, = torch.autograd.grad(_call("custom op", name, a, 1, {}), a, g)
-        theirs, = torch.autograd.grad(spec.expression(b, _dim(name, 1, b.shape), *spec.args({})), b, g)
+        theirs, = torch.autograd.grad(spec.expression(b, region(name, b, 1), *spec.args(required(name, b))), b, g)
         if device == "cpu" or name == "cumprod":
             assert torch.equal(ours.nan_to_num(1e300, 2e300, -2e300), theirs.nan_to_num(1e300, 2e300, -2e300)), name
         else:
@@ -112,19 +118,22 @@ def test_weight_gets_its_gradient_eagerly_in_modules_and_compiled(device):
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_low_precision_gradients_within_twice_pytorchs_error(name, dtype):
     spec = REGISTRY[name]
-    x = testing.maker((64, 257), dtype, spec.values)("cuda")
-    g = torch.randn(64, 257, device="cuda", dtype=dtype)
-    params = [(torch.rand(257, device="cuda") + 0.5).to(dtype) for _ in _params(name)]
+    shape = (16, 8, 257) if spec.grouped else (64, 257)  # the channel norms' (N, C, positions)
+    x = testing.maker(shape, dtype, spec.values)("cuda")
+    g = torch.randn(shape, device="cuda", dtype=dtype)
+    dim = None if spec.grouped else -1
+    params = [(torch.rand(_param_shape(name, dim, shape), device="cuda") + 0.5).to(dtype) for _ in _params(name)]
+    others = required(name, x)
 
     def grads(fn, x, params):
         inputs = [t.detach().requires_grad_() for t in (x, *params)]
         return torch.autograd.grad(fn(*inputs), inputs, g.to(inputs[0].dtype))
 
     def expression(x, *p):
-        return spec.expression(x, _dim(name, -1, x.shape), *spec.args(dict(zip(_params(name), p))))
+        return spec.expression(x, region(name, x, dim), *spec.args(dict(others, **dict(zip(_params(name), p)))))
     exact = grads(expression, x.double(), [p.double() for p in params])
     theirs = grads(expression, x, params)
-    ours = grads(lambda x, *p: _call("public", name, x, -1, {}, *p), x, params)
+    ours = grads(lambda x, *p: _call("public", name, x, dim, others, *p), x, params)
     for o, t, e in zip(ours, theirs, exact):
         error, mismatch = testing.rel_error(o, e)
         bound = max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[dtype])

@@ -29,7 +29,7 @@ def test_arguments():
     # bench and verify take the same op names: the public functions'.
     assert cli.parser().parse_args(["verify", "--ops", *REGISTRY]).ops == list(REGISTRY)
     with pytest.raises(SystemExit):
-        cli.parser().parse_args(["bench", "--ops", "group_norm"])
+        cli.parser().parse_args(["bench", "--ops", "weight_norm"])
     with pytest.raises(SystemExit):
         cli.parser().parse_args(["verify", "--ops", "prod"])
     with pytest.raises(SystemExit):

@@ -30,13 +30,20 @@ def _strip(code):
 
 
 def test_problems_are_the_declared_ones():
-    assert sorted(PROBLEMS) == ["23_Softmax", "24_LogSoftmax", "36_RMSNorm_", "37_FrobeniusNorm_", "38_L1Norm_",
-                                "39_L2Norm_", "40_LayerNorm", "89_cumsum", "90_cumprod", "91_cumsum_reverse", "92_cumsum_exclusive"]
+    assert sorted(PROBLEMS) == ["23_Softmax", "24_LogSoftmax", "33_BatchNorm", "34_InstanceNorm", "35_GroupNorm_",
+                                "36_RMSNorm_", "37_FrobeniusNorm_", "38_L1Norm_", "39_L2Norm_", "40_LayerNorm", "89_cumsum",
+                                "90_cumprod", "91_cumsum_reverse", "92_cumsum_exclusive", "93_masked_cumsum"]
     assert PROBLEMS["92_cumsum_exclusive"].kwargs() == {"dim": 1, "exclusive": True}
     assert PROBLEMS["37_FrobeniusNorm_"].kwargs() == {}
     assert PROBLEMS["40_LayerNorm"].kwargs() == {"normalized_shape": (64, 256, 256)}
-    from normscan import catalogue  # its floor: x read twice (7.5 GB, over L2), y written once
-    assert {e.label: e.tensors for e in catalogue.kernelbench_entries()}["37_FrobeniusNorm_"] == 3
+    from normscan import catalogue  # floors: x read twice where every element comes first (over L2)
+    entries = {e.label: e for e in catalogue.kernelbench_entries()}
+    assert {name: entries[name].tensors for name in ["37_FrobeniusNorm_", "33_BatchNorm", "34_InstanceNorm",
+                                                     "35_GroupNorm_"]} == \
+        {"37_FrobeniusNorm_": 3, "33_BatchNorm": 3, "34_InstanceNorm": 2, "35_GroupNorm_": 2}
+    assert entries["93_masked_cumsum"].bytes_moved == 32768 * 32768 * 9  # x and y, and the bool mask
+    assert PROBLEMS["35_GroupNorm_"].kwargs() == {"num_groups": 8}
+    assert PROBLEMS["33_BatchNorm"].kwargs() == {"running_mean": None, "running_var": None, "training": True}
     assert PROBLEMS["36_RMSNorm_"].kwargs() == {"dim": 1, "eps": 1e-5}
     assert PROBLEMS["90_cumprod"].kwargs(0) == {"dim": 0}
 
@@ -62,7 +69,19 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     namespace = {"torch": torch}
     exec(PROBLEMS[name].inputs_source, namespace)
     assert list(namespace["get_init_inputs"]()) == list(PROBLEMS[name].init_inputs)
-    assert namespace["get_inputs"]()[0].shape == PROBLEMS[name].shape
+    assert [tuple(t.shape) for t in _small(namespace["get_inputs"])] == \
+        [tuple(s // 64 for s in PROBLEMS[name].shape)] * (1 + len(PROBLEMS[name].inputs))
+    assert "DEFAULTS = " in source  # the op's own defaults (eps), not the launcher's
+
+
+def _small(get_inputs):
+    """get_inputs() at a 64th of each size (its torch.rand patched), for a test without the GBs."""
+    rand = torch.rand
+    torch.rand = lambda *shape, **kw: rand(*(s // 64 for s in shape), **kw)
+    try:
+        return get_inputs()
+    finally:
+        torch.rand = rand
 
 
 def test_checker_patterns_can_fail():
@@ -82,7 +101,7 @@ def test_exported_solution_matches_reference(name, tmp_path):
     problem = PROBLEMS[name]
     model = module.ModelNew(*module.get_init_inputs())
     for trial in range(5):  # KernelBench's check: 5 random-input trials, atol = rtol = 1e-4
-        x = problem.make_input(shape=tuple(max(1, s // 8) for s in problem.shape))
-        torch.testing.assert_close(model(x), problem.reference(x), atol=1e-4, rtol=1e-4)
-    x = module.get_inputs()[0].cuda()
-    torch.testing.assert_close(model(x), problem.reference(x), atol=1e-4, rtol=1e-4)
+        inputs = problem.make_inputs(shape=tuple(max(1, s // 8) for s in problem.shape))
+        torch.testing.assert_close(model(*inputs), problem.reference(*inputs), atol=1e-4, rtol=1e-4)
+    inputs = [t.cuda() for t in module.get_inputs()]
+    torch.testing.assert_close(model(*inputs), problem.reference(*inputs), atol=1e-4, rtol=1e-4)

@@ -66,3 +66,51 @@ def test_layer_norm_is_torch_nn_layer_norm_drop_in():
                 p.copy_(torch.randn_like(p))
         theirs.load_state_dict(ours.state_dict())
         torch.testing.assert_close(ours(x), theirs(x))
+
+
+@pytest.mark.parametrize("ours,theirs,shape", [
+    (normscan.BatchNorm1d, torch.nn.BatchNorm1d, (8, 3)), (normscan.BatchNorm1d, torch.nn.BatchNorm1d, (4, 3, 7)),
+    (normscan.BatchNorm2d, torch.nn.BatchNorm2d, (4, 3, 5, 6)), (normscan.BatchNorm3d, torch.nn.BatchNorm3d, (2, 3, 4, 5, 2)),
+    (normscan.InstanceNorm1d, torch.nn.InstanceNorm1d, (4, 3, 7)), (normscan.InstanceNorm1d, torch.nn.InstanceNorm1d, (3, 7)),
+    (normscan.InstanceNorm2d, torch.nn.InstanceNorm2d, (4, 3, 5, 6)),
+    (normscan.InstanceNorm3d, torch.nn.InstanceNorm3d, (2, 3, 4, 5, 2))])
+@pytest.mark.parametrize("kwargs", [{}, {"momentum": None}, {"affine": False, "track_running_stats": False},
+                                    {"affine": True, "track_running_stats": True}])
+def test_batch_and_instance_norms_are_torch_nn_drop_ins(ours, theirs, shape, kwargs, monkeypatch):
+    """Same constructor, parameters, buffers (num_batches_tracked too), state_dict and repr; the
+    same outputs and running statistics over training steps, then in eval mode; and it is
+    normscan's op that runs."""
+    o, t = ours(3, **kwargs), theirs(3, **kwargs)
+    assert repr(o) == repr(t) and list(o.state_dict()) == list(t.state_dict())
+    calls = []
+    op = "batch_norm" if "Batch" in ours.__name__ else "instance_norm"
+    real = getattr(normscan.ops, op)
+    monkeypatch.setattr(normscan.ops, op, lambda *a, **k: calls.append(1) or real(*a, **k))
+    for step in range(3):
+        x = torch.randn(shape) * 2 + step
+        torch.testing.assert_close(o(x), t(x))
+    o.eval()
+    t.eval()
+    x = torch.randn(shape)
+    torch.testing.assert_close(o(x), t(x))
+    assert len(calls) == 4
+    for (k, a), (_, b) in zip(o.state_dict().items(), t.state_dict().items()):
+        torch.testing.assert_close(a, b, msg=k)
+
+
+def test_group_norm_is_torch_nn_group_norm_drop_in():
+    x = torch.randn(2, 6, 4, 5)
+    for args, kwargs in [((3, 6), {}), ((2, 6), {"eps": 1e-3}), ((6, 6), {"affine": False})]:
+        ours, theirs = normscan.GroupNorm(*args, **kwargs), torch.nn.GroupNorm(*args, **kwargs)
+        assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
+        with torch.no_grad():
+            for p in ours.parameters():
+                p.copy_(torch.randn_like(p))
+        theirs.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(ours(x), theirs(x))
+
+
+def test_masked_cumsum_module_is_kernelbench_93s_model():
+    x, mask = torch.randn(3, 9), torch.rand(3, 9) < 0.5
+    torch.testing.assert_close(normscan.MaskedCumSum(1)(x, mask), torch.cumsum(x * mask, dim=1))
+    assert repr(normscan.MaskedCumSum(0, reverse=True)) == "MaskedCumSum(dim=0, reverse=True, exclusive=False)"

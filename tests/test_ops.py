@@ -15,22 +15,10 @@ import normscan
 from normscan import ops, reference, view
 from normscan.registry import REGISTRY, declare
 
+from calls import call, op_inputs, region
+
 ALL_OPS = list(REGISTRY)
-DIM_OPS = [name for name, spec in REGISTRY.items() if not spec.whole and not spec.trailing]  # those that take a dim
-
-
-def region(name, x, dim):
-    """An op's second argument, for dim: none for a whole-tensor op (None), the sizes of the
-    dims from dim on for layer_norm (its normalized_shape)."""
-    spec = REGISTRY[name]
-    if spec.trailing and isinstance(x, torch.Tensor):
-        return tuple(x.shape[dim % x.dim():])
-    return None if spec.whole else dim
-
-
-def call(name, x, dim, **kwargs):
-    """The public function; dim is dropped for a whole-tensor op."""
-    return getattr(normscan, name)(x, *(() if REGISTRY[name].whole else (region(name, x, dim),)), **kwargs)
+DIM_OPS = [name for name, spec in REGISTRY.items() if spec.region == "dim"]  # those that take a dim
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
@@ -203,19 +191,29 @@ def test_public_functions_have_their_declared_signature_and_doc():
     for name, spec in REGISTRY.items():
         fn = getattr(normscan, name)
         assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc
-        second = [] if spec.whole else ["normalized_shape" if spec.trailing else "dim"]
+        second = [spec.region_param] if spec.region_param else []
         assert list(inspect.signature(fn).parameters) == ["x", *second, *spec.params]
     assert inspect.signature(normscan.cumsum).parameters["reverse"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_a_declaration_outside_the_conventions_is_refused():
-    with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim or normalized_shape, then any of eps, weight"):
+    with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim or normalized_shape or num_groups, then any "
+                                        r"of eps, weight"):
         @declare(family="scan", functor="SumOp", reference=reference.cumsum)
         def bad(x, dim, alpha=1.0):
             """-"""
-    with pytest.raises(TypeError, match=r"or \(x, then those\) for an op over every element"):
+    with pytest.raises(TypeError, match=r"or \(x, then those\) for an op of a region without a parameter \(whole, "
+                                        r"instance, batch\)"):
         @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize)
         def bad1(x, axis=0):
+            """-"""
+    with pytest.raises(TypeError, match=r"region without a parameter"):  # a region named by a parameter it lacks
+        @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize, region="dim")
+        def bad3(x):
+            """-"""
+    with pytest.raises(ValueError, match="region 'rows' is none of dim, normalized_shape"):
+        @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize, region="rows")
+        def bad4(x):
             """-"""
     with pytest.raises(ValueError, match="lists no functor NoSuchOp"):
         @declare(family="scan", functor="NoSuchOp", reference=reference.cumsum)
@@ -229,7 +227,10 @@ def test_fake_tensor_shapes_and_strides():
     with FakeTensorMode():
         x = torch.empty(2, 3, 4, 5, device="cuda").permute(0, 2, 3, 1)
         for name, spec in REGISTRY.items():
-            y = spec.custom_op(*spec.op_inputs(x, region(name, x, 3), spec.args({})))
+            y = spec.custom_op(*op_inputs(name, x, 3))
+            if spec.has_stats:  # and the batch's statistics: (mean, squared deviations) a channel
+                y, stats = y
+                assert stats.shape == (4 if spec.region == "batch" else 8, 2) and stats.dtype == torch.float32, name
             assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype, name
 
 
@@ -241,20 +242,26 @@ def opcheck_samples(device: str):
             if spec.takes("reverse"):
                 flag_sets += [{"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}]
             x = torch.randn(3, 5, 4, dtype=dtype, device=device, requires_grad=True)
-            shape = region(name, x, 1) if spec.trailing else (5,)
+            if spec.takes("weight") or spec.has_stats:
+                shape, _ = spec.param_shape(tuple(x.shape), region(name, x, 1))
             if spec.takes("weight"):
                 flag_sets += [{"weight": torch.rand(shape, dtype=dtype, device=device) + 0.5, "eps": 1e-3}]
             if spec.takes("bias"):
                 flag_sets += [{"weight": torch.rand(shape, dtype=dtype, device=device) + 0.5,
                                "bias": torch.randn(shape, dtype=dtype, device=device)}]
+            if spec.has_stats:  # normalised by the running statistics (those of a training step are not inputs)
+                flag = "training" if spec.takes("training") else "use_input_stats"
+                flag_sets += [{flag: False, "running_mean": torch.randn(shape, device=device).to(dtype),
+                               "running_var": torch.rand(shape, device=device).to(dtype) + 0.5}]
             for given in flag_sets:  # x requires grad: the autograd registration is checked too
                 x = torch.randn(3, 5, 4, dtype=dtype, device=device, requires_grad=True)
-                yield name, spec.op_inputs(x, region(name, x, 1), spec.args(given))
-            if not spec.trailing:  # layer_norm normalizes at least one dim
+                yield name, op_inputs(name, x, 1, given)
+            if not spec.trailing and not spec.grouped:  # those normalise at least one dim; the channel norms two
                 zero_d = torch.randn((), dtype=dtype, device=device)
-                yield name, spec.op_inputs(zero_d, None if spec.whole else 0, spec.args({}))
-            x = torch.randn(6, 9, dtype=dtype, device=device)[:, ::2]
-            yield name, spec.op_inputs(x, region(name, x, 1), spec.args({}))
+                yield name, op_inputs(name, zero_d, 0)
+            if spec.region != "instance":  # (6, 5): its statistics would be of one element
+                x = torch.randn(6, 9, dtype=dtype, device=device)[:, ::2]
+                yield name, op_inputs(name, x, 1)
 
 
 def run_opchecks(device):
@@ -277,8 +284,7 @@ def test_opcheck_every_backward_op_on_cpu():
         spec = REGISTRY[name]
         x, dim, args = spec.from_op_inputs(inputs)
         grad = torch.randn_like(x)
-        for param_grads in [False, True] if spec.takes("weight") and args[spec.params.index("weight")] is not None \
-                else [False]:
+        for param_grads in [False, True] if spec.differentiable(args) else [False]:
             result = torch.library.opcheck(spec.backward_op, (grad, *spec.op_inputs(x.detach(), dim, args), param_grads))
             if any(v != "SUCCESS" for v in result.values()):
                 failures.append((name, tuple(x.shape), param_grads, result))

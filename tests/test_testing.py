@@ -23,6 +23,12 @@ def test_every_op_gets_its_familys_cases_and_its_own_flags():
             assert len(mine) > 80 and all(isinstance(c.dim, tuple) for c in mine), name
             assert {len(c.dim) for c in mine} == {1, 2, 3} and any(c.with_weight for c in mine), name
             continue
+        if spec.grouped:  # (N, C, *): shapes, layouts, weight and bias, running statistics, special values
+            assert len(mine) > 60 and any(c.with_weight for c in mine), name
+            assert all(isinstance(c.dim, int) for c in mine) if spec.region == "num_groups" else \
+                all(c.dim is None for c in mine) and any(c.with_running for c in mine), name
+            assert any("channels_last" in c.name for c in mine), name
+            continue
         assert len(mine) > 80, name
         zero_d = [c for c in mine if "0-d" in c.name]
         # 0-d with every flag combination, and with a weight where the op takes one

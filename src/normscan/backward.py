@@ -27,10 +27,6 @@ import torch
 from . import _build, reference, view
 
 
-def _tensor_args(args) -> list[int]:
-    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-
-
 # The autograd keys a custom op's implementation runs without (it is dispatched below
 # autograd), included again around the composite so that autograd records it.
 _AUTOGRAD_KEYS = [torch._C.DispatchKey.ADInplaceOrView, torch._C.DispatchKey.AutogradFunctionality,
@@ -53,7 +49,7 @@ def composite(spec, grad: torch.Tensor, x: torch.Tensor, dim: int, args: list, p
     of the expression recomputed from the inputs (torch.func.vjp read storage-less tensors
     under torch.library.opcheck's dispatch modes)."""
     args = list(args)
-    at = _tensor_args(args) if param_grads else []
+    at = spec.differentiable(args) if param_grads else []
     fn = reference.in_float32(spec.expression)
     # A differentiable gradient keeps the inputs' own graphs; otherwise fresh leaves.
     primals = [t if create_graph and t.requires_grad else t.detach().requires_grad_()
@@ -79,7 +75,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
     `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
     for the checks, which poison them."""
-    if spec.trailing:  # layer_norm: LayerNormOp has no fused backward (kFusedBackward), nor its tuple dim a fold
+    if spec.region != "dim" and not spec.whole:  # layer_norm, the channel norms: no fused backward (kFusedBackward)
         return None
     given = dict(zip(spec.params, args))
     eps, weight = given.get("eps", 0.0), given.get("weight")

@@ -27,6 +27,10 @@ CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512)]
 # A whole-tensor op needs every element before its first output: x is read twice where it
 # exceeds the L2 cache (the H100's 50 MB), else the second read can come from L2.
 L2_BYTES = 50 << 20
+# The channel norms: (N, C, H, W) activations of convolutional and diffusion models
+# (group_norm with 32 groups, as their GroupNorm(32, C)), contiguous and channels_last.
+CHANNEL_NORM_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64)]
+CHANNEL_NORM_GROUPS = 32
 # Scans: many rows, a strided dim, one long row, and small ones (fp32).
 SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((4096, 4096), 1), ((64, 1024), 1)]
 # Training: the last-dim LLM shapes, forward+backward and backward alone (bf16 and fp32);
@@ -105,13 +109,16 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))
-    # x read once and y written once; a whole-tensor op over L2 reads x twice.
-    tensors = 3 if spec.whole and math.prod(shape) * dtype.itemsize > L2_BYTES else 2
+    # x read once and y written once; x read twice where the first output needs every element
+    # first (a whole-tensor op; batch_norm's channels span the batch) and x exceeds L2.
+    everything_first = spec.whole or spec.region == "batch" and kwargs.get("training")
+    tensors = 3 if everything_first and math.prod(shape) * dtype.itemsize > L2_BYTES else 2
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
         tensors = backward + (2 if mode == "forward+backward" else 0)
+    other_bytes = 1 if spec.takes("mask") else 0  # a bool mask, read
     return Entry(f"{label} {mode}" if mode != "forward" else label, spec.name, tuple(shape), dtype, dim, kwargs,
-                 weight, baselines, mode, tensors)
+                 weight or spec.takes("mask"), baselines, mode, tensors, other_bytes)
 
 
 def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
@@ -120,7 +127,7 @@ def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
     for p in all_problems().values():
         if ops is None or p.op in ops:
             kwargs = p.kwargs()
-            dim = kwargs.pop("normalized_shape" if p.spec.trailing else "dim", None)  # None: a whole-tensor op
+            dim = kwargs.pop(p.spec.region_param, None)  # None: an op without one (every element, the channels)
             out.append(_entry(p.name, p.spec, p.shape, torch.float32, dim, kwargs))
     return out
 
@@ -143,6 +150,12 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             elif spec.whole:
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, None))
+            elif spec.grouped:
+                flag = {"instance": {"use_input_stats": True}, "batch": {"training": True}}.get(spec.region, {})
+                groups = CHANNEL_NORM_GROUPS if spec.region == "num_groups" else None
+                for shape in CHANNEL_NORM_SHAPES:
+                    label = f"{spec.name} {shape}" + (f" groups={groups}" if groups else "")
+                    out.append(_entry(f"{label} {dt}", spec, shape, dtype, groups, flag, weight=True))
             elif spec.name in LAST_DIM_SHAPES:
                 for shape in LAST_DIM_SHAPES[spec.name]:
                     out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))

@@ -1,6 +1,7 @@
 """nn.Module wrappers of the ops. Their constructors are KernelBench's Model's for each
-problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring); LayerNorm, Softmax
-and LogSoftmax are torch.nn's drop-ins."""
+problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring); LayerNorm,
+GroupNorm, InstanceNorm1d/2d/3d, BatchNorm1d/2d/3d, Softmax and LogSoftmax are torch.nn's
+drop-ins."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from torch import nn
 
 from . import ops
 
-__all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "LayerNorm", "Softmax", "LogSoftmax", "CumProd", "CumSum"]
+__all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+           "InstanceNorm3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Softmax", "LogSoftmax", "CumProd", "CumSum",
+           "MaskedCumSum"]
 
 
 class L2Norm(nn.Module):
@@ -92,6 +95,70 @@ class LayerNorm(nn.LayerNorm):
         return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
+class GroupNorm(nn.GroupNorm):
+    """torch.nn.GroupNorm's drop-in (KernelBench 35_GroupNorm_'s ``Model(num_features,
+    num_groups)`` is ``GroupNorm(num_groups, num_features)``): :func:`normscan.group_norm`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class _InstanceNorm:
+    """torch.nn.InstanceNorm{1,2,3}d's drop-ins: their constructors, parameters, buffers,
+    checks and unbatched inputs, with :func:`normscan.instance_norm` where theirs calls
+    F.instance_norm (tests/test_modules.py checks that it is ours that runs)."""
+
+    def _apply_instance_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                 self.training or not self.track_running_stats,
+                                 self.momentum if self.momentum is not None else 0.0, self.eps)
+
+
+class InstanceNorm1d(_InstanceNorm, nn.InstanceNorm1d):
+    """torch.nn.InstanceNorm1d's drop-in."""
+
+
+class InstanceNorm2d(_InstanceNorm, nn.InstanceNorm2d):
+    """torch.nn.InstanceNorm2d's drop-in (KernelBench 34_InstanceNorm's ``Model(num_features)``)."""
+
+
+class InstanceNorm3d(_InstanceNorm, nn.InstanceNorm3d):
+    """torch.nn.InstanceNorm3d's drop-in."""
+
+
+class _BatchNorm:
+    """torch.nn.BatchNorm{1,2,3}d's drop-ins: their constructors, parameters, buffers
+    (num_batches_tracked too) and train/eval behaviour, forward as theirs with
+    :func:`normscan.batch_norm` for F.batch_norm."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(x)
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # a cumulative moving average
+                factor = 1.0 / float(self.num_batches_tracked)
+        # The batch's statistics in training, and in eval where there are no running ones.
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        # The running statistics are passed where they are read or updated.
+        tracked = not self.training or self.track_running_stats
+        return ops.batch_norm(x, self.running_mean if tracked else None, self.running_var if tracked else None,
+                              self.weight, self.bias, use_batch, factor, self.eps)
+
+
+class BatchNorm1d(_BatchNorm, nn.BatchNorm1d):
+    """torch.nn.BatchNorm1d's drop-in."""
+
+
+class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
+    """torch.nn.BatchNorm2d's drop-in (KernelBench 33_BatchNorm's ``Model(num_features)``, in
+    training mode)."""
+
+
+class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
+    """torch.nn.BatchNorm3d's drop-in."""
+
+
 class _Softmax(nn.Module):
     """torch.nn.Softmax's drop-in (constructor, attribute, state_dict); subclasses name the op
     as ``_fn``. dim=None takes torch.nn's deprecated implicit dim, with its warning."""
@@ -155,3 +222,18 @@ class CumSum(_Scan):
     """``torch.cumsum(x, dim)``, with the same ``reverse``/``exclusive`` flags as CumProd."""
 
     _fn = staticmethod(ops.cumsum)
+
+
+class MaskedCumSum(nn.Module):
+    """``torch.cumsum(x * mask, dim)`` (KernelBench 93_masked_cumsum: ``MaskedCumSum(dim)``,
+    called as ``m(x, mask)``): :func:`normscan.masked_cumsum`."""
+
+    def __init__(self, dim: int, reverse: bool = False, exclusive: bool = False):
+        super().__init__()
+        self.dim, self.reverse, self.exclusive = dim, reverse, exclusive
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return ops.masked_cumsum(x, self.dim, mask, reverse=self.reverse, exclusive=self.exclusive)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, reverse={self.reverse}, exclusive={self.exclusive}"

@@ -2,14 +2,16 @@
 kernel family and functor, its reference, and its KernelBench problems (registry.py says
 what is derived from a declaration).
 
-Every op but frobenius_normalize and layer_norm reduces or scans one dim of any tensor, in
-one pass over memory (layer_norm its last dims): float32, float16, bfloat16 (accumulated in fp32) and float64; any rank, dim (negative
-too) and strides. Strided inputs are read where they lie; only a layout whose other dims fold
+Every op but frobenius_normalize, layer_norm and the channel norms (group_norm,
+instance_norm, batch_norm) reduces or scans one dim of any tensor, in one pass over memory
+(layer_norm its last dims; the channel norms their groups of an (N, C, *) tensor, grouped.py):
+float32, float16, bfloat16 (accumulated in fp32) and float64; any rank, dim (negative too) and
+strides. Strided inputs are read where they lie; only a layout whose other dims fold
 into more than two runs of constant stride is copied first. frobenius_normalize reduces every
 element: a dense input (any permutation of contiguous) is read where it lies, any other is
 copied first. The output has x's layout when x is dense, else it is
 contiguous. CPU tensors are computed by the reference expression (16-bit ones in float32).
-Every op is differentiable in x (and rms_norm in its weight), with PyTorch's semantics: a
+Every op is differentiable in x (and in its weight and bias), with PyTorch's semantics: a
 fused backward kernel for the norms over rows (the reduced dim contiguous) and for cumsum,
 PyTorch's own gradient of the reference expression elsewhere (backward.py says where).
 """
@@ -113,6 +115,61 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tenso
     """
 
 
+# KernelBench's 34_InstanceNorm and 35_GroupNorm_ share their input; 33_BatchNorm's is half as large.
+_KB_CHANNELS = (112, 64, 512, 512)
+
+
+@declare(family="reduce_scale", functor="GroupNormOp", reference=reference.group_norm,
+         problems=(Problem("35_GroupNorm_", _KB_CHANNELS, init="num_features: int, num_groups: int",
+                           call="num_groups=num_groups", init_inputs=(64, 8)),))
+def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    """``F.group_norm(x, num_groups, weight, bias, eps)``: x of shape (N, C, *) normalised over
+    each sample's groups of C / num_groups channels (their channels and positions together,
+    the biased variance), then ``* weight + bias`` per channel (shape (C,)).
+
+    A group of a contiguous x is one run of memory, read where it lies: once where a
+    thread-block cluster holds it, else twice. Other layouts (channels_last with several
+    channels a group) are copied to contiguous first. 16-bit inputs are computed in fp32;
+    the weight and bias have x's dtype.
+    """
+
+
+@declare(family="reduce_scale", functor="GroupNormOp", reference=reference.instance_norm, region="instance",
+         problems=(Problem("34_InstanceNorm", _KB_CHANNELS, init="num_features: int", call="",
+                           init_inputs=(64,)),))
+def instance_norm(x: torch.Tensor, running_mean: torch.Tensor | None = None, running_var: torch.Tensor | None = None,
+                  weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+    """``F.instance_norm(x, running_mean, running_var, weight, bias, use_input_stats, momentum,
+    eps)``: x of shape (N, C, *) normalised over each sample's channel (its positions), then
+    ``* weight + bias`` per channel.
+
+    With ``use_input_stats`` (the default), running_mean and running_var, where given, are
+    updated in place as PyTorch updates them (momentum, the unbiased variance, averaged over
+    the samples); without it they normalise x (an elementwise pass: PyTorch's own). Contiguous
+    and channels_last inputs are read where they lie.
+    """
+
+
+@declare(family="reduce_scale", functor="GroupNormOp", reference=reference.batch_norm, region="batch",
+         problems=(Problem("33_BatchNorm", (64, 64, 512, 512), init="num_features: int",
+                           call="running_mean=None, running_var=None, training=True", init_inputs=(64,)),))
+def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+               weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+    """``F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)``: x
+    of shape (N, C, *) normalised over each channel (every sample and position), then
+    ``* weight + bias`` per channel.
+
+    With ``training``, x's statistics normalise it (read twice: the statistics need the whole
+    channel first), and running_mean and running_var, where given, are updated in place as
+    PyTorch updates them (momentum, the unbiased variance); without it they normalise x (an
+    elementwise pass: PyTorch's own). Contiguous inputs are read as (sample, channel) rows,
+    channels_last and (N, C) ones as columns of channels.
+    """
+
+
 @declare(family="scan", functor="ProdOp", reference=reference.cumprod, values="near1",
          problems=(Problem("90_cumprod", _KB_SCAN, init="dim: int", call="dim=dim", init_inputs=(1,)),))
 def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
@@ -133,3 +190,16 @@ def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool
 def cumsum(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     """``torch.cumsum(x, dim)`` in one pass; ``reverse`` and ``exclusive`` as in :func:`cumprod`
     (exclusive gives 0 first)."""
+
+
+@declare(family="scan", functor="MaskedSumOp", reference=reference.masked_cumsum,
+         problems=(Problem("93_masked_cumsum", _KB_SCAN, init="dim", call="dim=dim", init_inputs=(1,),
+                           inputs=(("mask", "torch.randint(0, 2, x.shape).bool()"),)),))
+def masked_cumsum(x: torch.Tensor, dim: int, mask: torch.Tensor, *, reverse: bool = False,
+                  exclusive: bool = False) -> torch.Tensor:
+    """``torch.cumsum(x * mask, dim)`` in one pass, reading the bool mask as bytes (x * mask is
+    never made); ``reverse`` and ``exclusive`` as in :func:`cumsum`.
+
+    ``mask`` broadcasts to x's shape; one laid out unlike x (broadcast, say) is first copied
+    into x's layout, one byte an element. inf and NaN times a False are NaN, as in x * mask.
+    """

@@ -22,6 +22,9 @@ class Problem:
     init: str               # its Model's constructor parameters, as source
     call: str               # the op's keyword arguments after x, from those parameters, as source
     init_inputs: tuple = ()  # its get_init_inputs()
+    # its forward's inputs after x, each the op's argument of that name: (name, KernelBench's
+    # expression of it in x, as source)
+    inputs: tuple[tuple[str, str], ...] = ()
     op: str = ""            # the normscan op (filled in by its declaration)
 
     @functools.cached_property
@@ -39,18 +42,27 @@ class Problem:
         from .registry import REGISTRY
         return REGISTRY[self.op]
 
-    def reference(self, x: torch.Tensor, *init_inputs) -> torch.Tensor:
-        """KernelBench's Model output: the op's reference expression."""
-        return self.spec.reference(x, **self.kwargs(*init_inputs))
+    def reference(self, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
+        """KernelBench's Model output on its inputs (x, then `inputs`): the op's reference."""
+        return self.spec.reference(x, **self.kwargs(), **dict(zip(self.input_names, others)))
 
-    def make_input(self, device: str = "cuda", dtype: torch.dtype = torch.float32, shape=None) -> torch.Tensor:
-        """KernelBench's input distribution (torch.rand)."""
-        return torch.rand(shape or self.shape, device=device, dtype=dtype)
+    @property
+    def input_names(self) -> list[str]:
+        return [name for name, _ in self.inputs]
+
+    def make_inputs(self, device: str = "cuda", dtype: torch.dtype = torch.float32, shape=None) -> list[torch.Tensor]:
+        """KernelBench's inputs: x (torch.rand), then `inputs`."""
+        namespace = {"torch": torch, "x": torch.rand(shape or self.shape, dtype=dtype)}
+        others = [eval(source, namespace) for _, source in self.inputs]  # noqa: S307 (our own declarations)
+        return [t.to(device) for t in (namespace["x"], *others)]
 
     @property
     def inputs_source(self) -> str:
         """KernelBench's get_inputs and get_init_inputs, as source."""
-        return (f"def get_inputs():\n    return [torch.rand({', '.join(map(str, self.shape))})]\n\n\n"
+        made = "".join(f"    {name} = {source}\n" for name, source in self.inputs)
+        names = ", ".join(["x", *self.input_names])
+        return (f"def get_inputs():\n    x = torch.rand({', '.join(map(str, self.shape))})\n{made}"
+                f"    return [{names}]\n\n\n"
                 f"def get_init_inputs():\n    return {list(self.init_inputs)!r}\n")
 
 

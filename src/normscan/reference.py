@@ -47,6 +47,23 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = 
     return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)
 
 
+def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+    return torch.nn.functional.group_norm(x, num_groups, weight, bias, eps)
+
+
+def instance_norm(x: torch.Tensor, running_mean: torch.Tensor | None = None, running_var: torch.Tensor | None = None,
+                  weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+    return torch.nn.functional.instance_norm(x, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+
+
+def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+               weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
+    return torch.nn.functional.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
 def _scan(fn, identity: float, x: torch.Tensor, dim: int, reverse: bool, exclusive: bool) -> torch.Tensor:
     if x.dim() == 0:  # one element, as torch.cumsum takes it
         return _scan(fn, identity, x.reshape(1), 0, reverse, exclusive).reshape(())
@@ -65,6 +82,11 @@ def cumprod(x: torch.Tensor, dim: int, reverse: bool = False, exclusive: bool = 
 
 def cumsum(x: torch.Tensor, dim: int, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     return _scan(torch.cumsum, 0.0, x, dim, reverse, exclusive)
+
+
+def masked_cumsum(x: torch.Tensor, dim: int, mask: torch.Tensor, reverse: bool = False,
+                  exclusive: bool = False) -> torch.Tensor:
+    return cumsum(x * mask, dim, reverse, exclusive)
 
 
 def in_float32(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

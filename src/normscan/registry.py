@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from . import _build, reference, view
+from . import _build, grouped, reference, view
 from . import backward as backward_impl  # the module (OpSpec.backward is autograd's hook)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -81,56 +81,100 @@ def normalized_dims(op: str, normalized_shape: object, x: torch.Tensor) -> tuple
     return shape
 
 
-def _param_shape(x: torch.Tensor, dim: int | tuple) -> tuple[int, ...]:
-    """The shape a weight must have: normalized_shape (a tuple dim), else x.shape[dim]."""
-    if isinstance(dim, tuple):
-        return dim
-    return (x.shape[dim] if x.dim() else 1,)
+def check_channels(op: str, x: torch.Tensor) -> None:
+    """An (N, C, *) input, as the channel norms take it."""
+    if x.dim() < 2:
+        raise ValueError(f"normscan.{op}: x must have at least 2 dims (N, C, *), got shape {list(x.shape)}; "
+                         "add a batch dim with x.unsqueeze(0)")
 
 
-def _check_eps(op: str, name: str, eps: object, x: torch.Tensor, dim: int) -> float:
+def num_groups(op: str, groups: object, x: torch.Tensor) -> int:
+    """group_norm's num_groups: an int that divides x's channels."""
+    if isinstance(groups, bool):
+        raise TypeError(f"normscan.{op}: num_groups must be an int, got bool ({groups})")
+    try:
+        groups = operator.index(groups)
+    except TypeError:
+        raise TypeError(f"normscan.{op}: num_groups must be an int, got {type_name(groups)} ({groups!r})") from None
+    check_channels(op, x)
+    if groups <= 0 or x.shape[1] % groups:
+        raise ValueError(f"normscan.{op}: num_groups {groups} must divide x's {x.shape[1]} channels (x.shape[1]; "
+                         f"x has shape {list(x.shape)})")
+    return groups
+
+
+def _check_eps(spec: OpSpec, name: str, eps: object, x: torch.Tensor, dim) -> float:
     """A real number, or None for torch.finfo(x.dtype).eps (as F.rms_norm takes it)."""
-    if eps is None:
+    if eps is None and name == "eps":
         return torch.finfo(x.dtype).eps
     if isinstance(eps, torch.Tensor) and eps.numel() == 1 and not eps.is_complex():
         return float(eps)
     if not isinstance(eps, numbers.Real):
-        raise TypeError(f"normscan.{op}: {name} must be a real number or None, got {type_name(eps)} ({eps!r})")
+        none = " or None" if name == "eps" else ""
+        raise TypeError(f"normscan.{spec.name}: {name} must be a real number{none}, got {type_name(eps)} ({eps!r})")
     return float(eps)
 
 
-def _check_flag(op: str, name: str, flag: object, x: torch.Tensor, dim: int) -> bool:
+def _check_flag(spec: OpSpec, name: str, flag: object, x: torch.Tensor, dim) -> bool:
     if not isinstance(flag, bool):
-        raise TypeError(f"normscan.{op}: {name} must be a bool (True or False), got {type_name(flag)} ({flag!r})")
+        raise TypeError(f"normscan.{spec.name}: {name} must be a bool (True or False), got {type_name(flag)} ({flag!r})")
     return flag
 
 
-def _check_weight(op: str, name: str, weight: object, x: torch.Tensor, dim: int) -> torch.Tensor | None:
-    if weight is None:
+def _check_tensor(spec: OpSpec, name: str, t: object, x: torch.Tensor, dim, dtypes: tuple) -> torch.Tensor | None:
+    """None, or a tensor of the op's parameter shape (spec.param_shape), one of `dtypes`, on x's device."""
+    if t is None:
         return None
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"normscan.{op}: {name} must be a torch.Tensor or None, got {type_name(weight)}")
-    shape = _param_shape(x, dim)
-    if tuple(weight.shape) != shape:
-        where = "normalized_shape" if isinstance(dim, tuple) else f"x.shape[{dim}]"
-        raise ValueError(f"normscan.{op}: {name} must have shape {shape} ({where}), got {tuple(weight.shape)}")
-    if weight.dtype != x.dtype:
-        raise TypeError(f"normscan.{op}: {name} dtype {weight.dtype} differs from x's {x.dtype}; "
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"normscan.{spec.name}: {name} must be a torch.Tensor or None, got {type_name(t)}")
+    shape, where = spec.param_shape(tuple(x.shape), dim)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"normscan.{spec.name}: {name} must have shape {shape} ({where}), got {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"normscan.{spec.name}: {name} dtype {t.dtype} differs from x's {x.dtype}; "
                         f"pass {name}.to({x.dtype})")
-    if weight.device != x.device:
-        raise ValueError(f"normscan.{op}: {name} is on {weight.device} but x is on {x.device}; "
+    if t.device != x.device:
+        raise ValueError(f"normscan.{spec.name}: {name} is on {t.device} but x is on {x.device}; "
                          f"move it with {name}.to('{x.device}')")
+    return t
+
+
+def _check_weight(spec: OpSpec, name: str, weight: object, x: torch.Tensor, dim) -> torch.Tensor | None:
+    weight = _check_tensor(spec, name, weight, x, dim, (x.dtype,))
     # One row: making a strided one contiguous costs length elements, not a pass.
-    return weight.contiguous()
+    return None if weight is None else weight.contiguous()
 
 
-def _check_dtype(op: str, name: str, dtype: object, x: torch.Tensor, dim: int) -> torch.dtype | None:
+def _check_running(spec: OpSpec, name: str, running: object, x: torch.Tensor, dim) -> torch.Tensor | None:
+    """A running statistic, updated in place (not copied): x's dtype, or float32 for 16-bit
+    x (PyTorch's mixed batch norm)."""
+    return _check_tensor(spec, name, running, x, dim, (x.dtype, torch.float32))
+
+
+def _check_mask(spec: OpSpec, name: str, mask: object, x: torch.Tensor, dim) -> torch.Tensor:
+    """A bool tensor that broadcasts to x's shape: that expansion (a view)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = f"a {mask.dtype} tensor" if isinstance(mask, torch.Tensor) else type_name(mask)
+        raise TypeError(f"normscan.{spec.name}: {name} must be a bool tensor, got {got}; pass {name}.bool() "
+                        f"(or {name} != 0)")
+    try:
+        expanded = mask.expand(x.shape)
+    except RuntimeError:
+        raise ValueError(f"normscan.{spec.name}: {name} of shape {list(mask.shape)} does not broadcast to x's shape "
+                         f"{list(x.shape)}") from None
+    if mask.device != x.device:
+        raise ValueError(f"normscan.{spec.name}: {name} is on {mask.device} but x is on {x.device}; "
+                         f"move it with {name}.to('{x.device}')")
+    return expanded
+
+
+def _check_dtype(spec: OpSpec, name: str, dtype: object, x: torch.Tensor, dim) -> torch.dtype | None:
     if dtype is None or dtype == x.dtype:
         return None
     if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"normscan.{op}: {name} must be a torch.dtype or None, got {type_name(dtype)} ({dtype!r})")
+        raise TypeError(f"normscan.{spec.name}: {name} must be a torch.dtype or None, got {type_name(dtype)} ({dtype!r})")
     if dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"normscan.{op}: {name}={dtype} is not supported; supported dtypes are {DTYPE_NAMES}")
+        raise TypeError(f"normscan.{spec.name}: {name}={dtype} is not supported; supported dtypes are {DTYPE_NAMES}")
     return dtype
 
 
@@ -138,7 +182,7 @@ def _check_dtype(op: str, name: str, dtype: object, x: torch.Tensor, dim: int) -
 class Param:
     """An argument after (x, dim) that an op may take, by name."""
     schema: str  # its type in the custom op's schema
-    check: Callable[[str, str, object, torch.Tensor, int], object]  # (op, name, value, x, dim) -> kernel's value
+    check: Callable  # (spec, name, value, x, dim) -> the kernel's value
 
 
 PARAMS = {
@@ -149,18 +193,35 @@ PARAMS = {
     "exclusive": Param("bool", _check_flag),
     # x is converted to it before the op, as torch.softmax's dtype does (None: x's dtype)
     "dtype": Param("ScalarType?", _check_dtype),
+    # masked_cumsum's: x * mask is scanned
+    "mask": Param("Tensor", _check_mask),
+    # instance_norm's and batch_norm's running statistics (updated in a training step) and
+    # the flag that says whether to use the input's statistics (and update them) or them
+    "running_mean": Param("Tensor?", _check_running),
+    "running_var": Param("Tensor?", _check_running),
+    "use_input_stats": Param("bool", _check_flag),
+    "training": Param("bool", _check_flag),
+    "momentum": Param("float", _check_eps),
 }
+RUNNING = ("running_mean", "running_var")
+INPUT_STATS = ("use_input_stats", "training")
+DIFFERENTIABLE = ("weight", "bias")  # the tensor arguments that get gradients
 
 
 # ---------------------------------------------------------------- families
 def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None, dtype=None,
-                        bias=None) -> None:
+                        bias=None, grouping=(), stats=None) -> None:
     flat = [None if t is None else t.view(-1) for t in (weight, bias)]  # layer_norm's are normalized_shape
-    ext.reduce_scale(x, y, *flat, op, fields, eps)
+    ext.reduce_scale(x, y, *flat, op, fields, eps, grouping, stats)
 
 
-def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, exclusive: bool = False) -> None:
-    ext.scan(x, y, op, fields, reverse, exclusive)
+def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, exclusive: bool = False,
+                 mask=None) -> None:
+    # The kernels read the mask along x's view: a mask laid out otherwise (broadcast, say) is
+    # copied into x's layout first.
+    if mask is not None and any(m != s for n, m, s in zip(x.shape, mask.stride(), x.stride()) if n > 1):
+        mask = torch.empty_strided(x.shape, x.stride(), dtype=torch.bool, device=x.device).copy_(mask)
+    ext.scan(x, y, op, fields, reverse, exclusive, mask)
 
 
 @dataclass(frozen=True)
@@ -191,6 +252,19 @@ FAMILIES = {f.name: f for f in [
 
 
 # ---------------------------------------------------------------- ops
+# What an op reduces or scans (its region): named by the parameter after x, or declared where
+# the op has none; each with that parameter's schema (None: no parameter).
+REGIONS = {
+    "dim": "int dim",                                        # one dim (any)
+    "normalized_shape": "SymInt[] normalized_shape",        # x's last dims (layer_norm)
+    "num_groups": "int num_groups",                          # groups of channels of each sample (group_norm)
+    "whole": None,                                           # every element
+    "instance": None,                                        # each channel of each sample (instance_norm)
+    "batch": None,                                           # each channel, over the batch (batch_norm)
+}
+GROUPED = ("num_groups", "instance", "batch")  # grouped.py's: (N, C, *) inputs, a weight and bias per channel
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """One op, as declared (see the module's docstring)."""
@@ -204,62 +278,161 @@ class OpSpec:
     values: str                    # the distribution testing.py draws its inputs from
     problems: tuple                # problems.Problem, the KernelBench problems it solves
     doc: str
-    # Reduces every element (its signature has no dim): internally its dim is None, the
-    # whole tensor one row in x's memory order (view.fold).
-    whole: bool = False
-    # Reduces x's last dims (its signature's second parameter is normalized_shape, as
-    # F.layer_norm's): internally its dim is that tuple, the dims merged into one to launch.
-    trailing: bool = False
+    # REGIONS: internally `dim` is the checked region: a dim, normalized_shape's tuple (the
+    # dims merged into one to launch), num_groups; None for the others (a whole-tensor op's
+    # one row in x's memory order, view.fold; the channel norms' own, grouped.py).
+    region: str = "dim"
+
+    @property
+    def whole(self) -> bool:
+        return self.region == "whole"
+
+    @property
+    def trailing(self) -> bool:
+        return self.region == "normalized_shape"
+
+    @property
+    def grouped(self) -> bool:
+        return self.region in GROUPED
+
+    @property
+    def has_stats(self) -> bool:
+        """instance_norm and batch_norm: their custom op also returns the input's statistics,
+        from which the public function updates the running ones (a custom op with autograd
+        may not mutate its inputs)."""
+        return self.region in ("instance", "batch")
 
     def checked(self, x, dim, args) -> tuple[torch.Tensor, int, list]:
         """The arguments validated: dim wrapped, the rest as the kernels take them; x converted
         to a `dtype` argument, which is then spent (None): autograd sees the conversion, and
         the kernel x's new dtype."""
         check_input(self.name, x)
-        if self.whole:
-            dim = None
-        elif self.trailing:
+        if self.trailing:
             dim = normalized_dims(self.name, dim, x)
-        else:
+        elif self.region == "num_groups":
+            dim = num_groups(self.name, dim, x)
+        elif self.region == "dim":
             dim = wrap_dim(self.name, dim, x.dim())
-        args = [PARAMS[n].check(self.name, n, v, x, dim) for n, v in zip(self.params, args)]
+        else:
+            if self.grouped:
+                check_channels(self.name, x)
+            dim = None
+        args = [PARAMS[n].check(self, n, v, x, dim) for n, v in zip(self.params, args)]
         if "dtype" in self.params and args[self.params.index("dtype")] is not None:
             i = self.params.index("dtype")
             x, args[i] = x.to(args[i]), None
+        if self.has_stats:
+            self._check_statistics(x, dict(zip(self.params, args)))
         return x, dim, args
 
+    @property
+    def region_param(self) -> str | None:
+        """The name of the parameter that says the region (dim, normalized_shape, num_groups)."""
+        return self.region if REGIONS[self.region] else None
+
+    def param_shape(self, shape: tuple[int, ...], dim) -> tuple[tuple[int, ...], str]:
+        """The shape a weight (a bias, a running statistic) of an x of `shape` must have, and
+        what it is."""
+        if self.trailing:
+            return dim, "normalized_shape"
+        if self.grouped:
+            return (shape[1],), "x.shape[1], the channels"
+        return (shape[dim] if shape else 1,), f"x.shape[{dim}]"
+
+    # ------------------------------------------------ instance_norm's and batch_norm's statistics
+    def _input_stats(self, given: dict) -> bool:
+        """Whether the op normalises by the input's statistics (and updates the running ones)."""
+        return next(given[n] for n in INPUT_STATS if n in given)
+
+    def _check_statistics(self, x: torch.Tensor, given: dict) -> None:
+        n, _, positions = grouped.counts(x)
+        if not self._input_stats(given):
+            if given["running_mean"] is None or given["running_var"] is None:
+                flag = next(f for f in INPUT_STATS if f in given)
+                raise ValueError(f"normscan.{self.name}: {flag}=False normalises by running_mean and running_var; "
+                                 f"pass both, or {flag}=True")
+        elif self.region == "batch" and n * positions <= 1 and x.numel():
+            raise ValueError(f"normscan.{self.name}: expected more than 1 value per channel when training, got "
+                             f"input size {tuple(x.shape)}")
+        elif self.region == "batch" and given["eps"] <= 0:  # as F.batch_norm (torch 2.12+) refuses it
+            raise ValueError(f"normscan.{self.name}: eps must be positive during training, but got {given['eps']}")
+        elif self.region == "instance" and positions <= 1 and x.numel():
+            raise ValueError(f"normscan.{self.name}: expected more than 1 spatial element when training, got "
+                             f"input size {tuple(x.shape)}")
+
+    def _spent(self, args: list) -> list:
+        """The arguments as the custom op takes them: normalising by the input's statistics,
+        without the running ones (updated after it, from the statistics it returns)."""
+        given = dict(zip(self.params, args))
+        if self.has_stats and self._input_stats(given):
+            return [None if n in RUNNING else a for n, a in zip(self.params, args)]
+        return args
+
+    def _update_running(self, x: torch.Tensor, args: list, stats: torch.Tensor) -> None:
+        given = dict(zip(self.params, args))
+        if stats is not None and stats.numel():
+            n, _, positions = grouped.counts(x)
+            across = self.region == "batch"
+            grouped.update_running(given["running_mean"], given["running_var"], stats, n,
+                                   (n if across else 1) * positions, given["momentum"], across)
+
+    # ------------------------------------------------ the public function
     def call(self, x, dim, *args) -> torch.Tensor:
         """The public function's body: validate, then compute where x lives."""
         x, dim, args = self.checked(x, dim, args)
         if x.device.type == "cpu":
             return self.on_cpu(x, dim, *args)
         if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
-            return self.custom_op(*self.op_inputs(x, dim, args))  # through the dispatcher, where its autograd is
+            out = self.custom_op(*self.op_inputs(x, dim, self._spent(args)))  # through the dispatcher, where its autograd is
+            if self.has_stats:
+                out, stats = out
+                self._update_running(x, args, stats)
+            return out
         return self.launch(x, dim, *args)
 
     def on_cpu(self, x: torch.Tensor, dim: int, *args) -> torch.Tensor:
         """The reference expression, 16-bit inputs in float32 (differentiable as it stands)."""
+        if self.has_stats:
+            y, stats = self._on_cpu_with_stats(x, dim, args)
+            self._update_running(x, args, stats)
+            return y
         return reference.in_float32(self.expression)(x, dim, *args)
+
+    def _on_cpu_with_stats(self, x, dim, args) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y, the input's statistics or an empty tensor), the running statistics untouched."""
+        spent = self._spent(args)
+        y = reference.in_float32(self.expression)(x, dim, *spent)
+        use = self._input_stats(dict(zip(self.params, args)))
+        across = self.region == "batch"
+        groups = x.shape[1]
+        stats = grouped.stats_of(x, groups, across) if use else grouped.stats_like(x, groups, across)[:0]
+        return y, stats
 
     def expression(self, x: torch.Tensor, dim: int | None, *args) -> torch.Tensor:
         """The reference on (x, dim, *args), whether or not the op has a dim."""
-        return self.reference(x, *args) if self.whole else self.reference(x, dim, *args)
+        return self.reference(x, dim, *args) if REGIONS[self.region] else self.reference(x, *args)
 
     def op_inputs(self, x, dim, args) -> tuple:
-        """(x, dim, *args) as the custom op takes them: without dim for a whole-tensor op."""
-        return (x, *args) if self.whole else (x, dim, *args)
+        """(x, dim, *args) as the custom op takes them: without dim for an op that has none."""
+        return (x, dim, *args) if REGIONS[self.region] else (x, *args)
 
     def from_op_inputs(self, inputs) -> tuple:
         """The custom op's inputs as (x, dim, args)."""
         x, *rest = inputs
-        return (x, None, rest) if self.whole else (x, rest[0], rest[1:])
+        return (x, rest[0], rest[1:]) if REGIONS[self.region] else (x, None, rest)
 
     @staticmethod
     def _wants_grad(x: torch.Tensor, args) -> bool:
         return x.requires_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
+    # ------------------------------------------------ the kernels
     def launch(self, x: torch.Tensor, dim: int, *args, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The kernel on validated arguments (dim wrapped); into ``out`` when given."""
+        """The kernel on validated arguments (dim wrapped); into ``out`` when given. The
+        running statistics of a training step are updated."""
+        if self.grouped:
+            y, stats = self._launch_grouped(x, dim, args, out)
+            self._update_running(x, args, stats)
+            return y
         if self.trailing:  # the normalized dims as one: a view, or the one copy where they do not merge
             shape, merged = x.shape, view.merge_trailing(x, len(dim))
             if merged is None:
@@ -279,14 +452,45 @@ class OpSpec:
             self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **dict(zip(self.params, args)))
         return y
 
-    def launch_checked(self, *inputs) -> torch.Tensor:
-        """The custom op's CUDA implementation: the checks, then the kernel."""
+    def _launch_grouped(self, x: torch.Tensor, dim, args, out: torch.Tensor | None) -> tuple:
+        """A channel norm (grouped.py): (y, the input's statistics, or None where it uses
+        the running ones: an elementwise pass, PyTorch's own)."""
+        given = dict(zip(self.params, args))
+        if self.has_stats and not self._input_stats(given):
+            y = self.expression(x, dim, *args)
+            return (y if out is None else out.copy_(y)), None
+        across = self.region == "batch"
+        groups = x.shape[1] if dim is None else dim
+        y = view.output_like(x) if out is None else out
+        p = grouped.plan(x, y, groups, across)
+        if p is None:  # the one copy: a layout whose statistics are not one view
+            x = x.contiguous()
+            y = torch.empty_like(x) if out is None else out
+            p = grouped.plan(x, y, groups, across)
+            if p is None:
+                raise ValueError(f"normscan.{self.name}: out (strides {y.stride()}) takes no grouped view; pass an "
+                                 "out laid out as output_like(x)")
+        stats = grouped.stats_like(x, groups, across) if self.has_stats else None
+        if y.numel():
+            kwargs = {n: given[n] for n in ("weight", "bias", "eps")}
+            self.family.launch(_build.load(self.family.name), p.x3, p.y3, self.op_id, p.view, grouping=p.grouping,
+                               stats=stats, **kwargs)
+        return y, stats
+
+    def launch_checked(self, *inputs):
+        """The custom op's CUDA implementation: the checks, then the kernel (and the
+        input's statistics, where the op returns them)."""
         x, dim, args = self.checked(*self.from_op_inputs(inputs))
+        if self.has_stats:
+            y, stats = self._launch_grouped(x, dim, args, None)
+            return y, (grouped.stats_like(x, x.shape[1], self.region == "batch")[:0] if stats is None else stats)
         return self.launch(x, dim, *args)
 
-    def on_cpu_checked(self, *inputs) -> torch.Tensor:
+    def on_cpu_checked(self, *inputs):
         """The custom op's CPU implementation: the checks, then the reference."""
         x, dim, args = self.checked(*self.from_op_inputs(inputs))
+        if self.has_stats:
+            return self._on_cpu_with_stats(x, dim, args)
         return self.on_cpu(x, dim, *args)
 
     # Backward (backward.py): the inputs are saved, nothing more (the kernels recompute each
@@ -296,30 +500,33 @@ class OpSpec:
     def save_for_backward(self, ctx, inputs, output) -> None:
         x, dim, args = self.from_op_inputs(inputs)
         ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        ctx.grad_at = self.differentiable(args)
         ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at))
         ctx.dim = dim
         ctx.args = [None if i in ctx.tensor_at else a for i, a in enumerate(args)]
+        if self.has_stats:
+            ctx.mark_non_differentiable(output[1])
 
-    def backward(self, ctx, grad: torch.Tensor):
+    def backward(self, ctx, grad: torch.Tensor, *stats_grad):
         x, *tensors = ctx.saved_tensors
         args = list(ctx.args)
         for i, t in zip(ctx.tensor_at, tensors):
             args[i] = t
-        first = 1 if self.whole else 2  # the first argument after (x, dim) among the inputs
-        param_grads = any(ctx.needs_input_grad[first + i] for i in ctx.tensor_at)
+        first = 2 if REGIONS[self.region] else 1  # the first argument after (x, dim) among the inputs
+        param_grads = any(ctx.needs_input_grad[first + i] for i in ctx.grad_at)
         if torch.is_grad_enabled():
             grads = backward_impl.composite(self, grad, x, ctx.dim, args, param_grads, create_graph=True)
         else:
             grads = self.backward_op(grad, *self.op_inputs(x, ctx.dim, args), param_grads)
         out = [None] * (first + len(args))
         out[0] = grads[0] if ctx.needs_input_grad[0] else None
-        for i, g in zip(ctx.tensor_at if param_grads else [], grads[1:]):
+        for i, g in zip(ctx.grad_at if param_grads else [], grads[1:]):
             out[first + i] = g if ctx.needs_input_grad[first + i] else None
         return tuple(out)
 
     def gradients(self, grad, *inputs) -> list:
-        """The backward custom op's implementation: [dx, then the tensor arguments' gradients
-        when the last argument (param_grads) is true]."""
+        """The backward custom op's implementation: [dx, then the weight's and bias's
+        gradients, where given, when the last argument (param_grads) is true]."""
         *inputs, param_grads = inputs
         x, dim, args = self.from_op_inputs(inputs)
         if x.is_cuda:
@@ -328,18 +535,21 @@ class OpSpec:
                 return fused
         return backward_impl.composite(self, grad, x, dim, args, param_grads)
 
-    def output_like(self, *inputs) -> torch.Tensor:
-        """The custom op's fake: the output's shape, dtype and layout."""
+    def output_like(self, *inputs):
+        """The custom op's fake: the output's shape, dtype and layout (and the statistics')."""
         x, dim, args = self.from_op_inputs(inputs)
         if "dtype" in self.params and args[self.params.index("dtype")] is not None:
             return view.output_like(x).to(args[self.params.index("dtype")])
+        if self.has_stats:
+            stats = grouped.stats_like(x, x.shape[1], self.region == "batch")
+            return view.output_like(x), (stats if self._input_stats(dict(zip(self.params, args))) else stats[:0])
         return view.output_like(x)
 
     def gradients_like(self, grad, *inputs) -> list:
         """The backward custom op's fake: the gradients' shapes and layouts."""
         *inputs, param_grads = inputs
         x, dim, args = self.from_op_inputs(inputs)
-        params = [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor)] if param_grads else []
+        params = [torch.empty_like(args[i]) for i in self.differentiable(args)] if param_grads else []
         return [view.output_like(x), *params]
 
     @property
@@ -352,18 +562,22 @@ class OpSpec:
 
     @property
     def schema(self) -> str:
-        return "(" + ", ".join(self._input_schema()) + ") -> Tensor"
+        return "(" + ", ".join(self._input_schema()) + ") -> " + ("(Tensor, Tensor)" if self.has_stats else "Tensor")
 
     @property
     def backward_schema(self) -> str:
         return "(" + ", ".join(["Tensor grad", *self._input_schema(), "bool param_grads"]) + ") -> Tensor[]"
 
     def _input_schema(self) -> list[str]:
-        region = [] if self.whole else ["SymInt[] normalized_shape" if self.trailing else "int dim"]
+        region = [REGIONS[self.region]] if REGIONS[self.region] else []
         return ["Tensor x", *region] + [f"{PARAMS[n].schema} {n}" for n in self.params]
 
     def takes(self, param: str) -> bool:
         return param in self.params
+
+    def differentiable(self, args) -> list[int]:
+        """Where in args the tensors that get gradients are (weight and bias, where given)."""
+        return [i for i, (n, a) in enumerate(zip(self.params, args)) if n in DIFFERENTIABLE and isinstance(a, torch.Tensor)]
 
     def args(self, given: dict) -> list:
         """The arguments after dim, in the signature's order: `given`'s, else the defaults."""
@@ -377,18 +591,23 @@ PUBLIC: list[str] = []
 
 
 def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor], values: str = "normal",
-            problems: tuple = ()) -> Callable[[Callable], Callable]:
+            problems: tuple = (), region: str = "whole") -> Callable[[Callable], Callable]:
     """Declares the op whose public function is the decorated stub (signature and docstring
-    only), and returns that function."""
+    only), and returns that function. Its region (REGIONS) is named by its second parameter
+    (dim, normalized_shape, num_groups), else `region` says it."""
     def wrap(stub: Callable) -> Callable:
         signature = inspect.signature(stub)
         names = list(signature.parameters)
-        trailing = names[1:2] == ["normalized_shape"]
-        whole = names[1:2] != ["dim"] and not trailing
-        first = 1 if whole else 2
-        if names[:1] != ["x"] or any(n not in PARAMS for n in names[first:]):
-            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim or normalized_shape, then any of "
-                            f"{', '.join(PARAMS)}), or (x, then those) for an op over every element; got {names}")
+        named = [r for r, schema in REGIONS.items() if schema and names[1:2] == [r]]
+        kind = named[0] if named else region
+        first = 2 if named else 1
+        if kind not in REGIONS:
+            raise ValueError(f"{stub.__name__}: region {kind!r} is none of {', '.join(REGIONS)}")
+        if names[:1] != ["x"] or any(n not in PARAMS for n in names[first:]) or not named and REGIONS[kind]:
+            unnamed = ", ".join(r for r, schema in REGIONS.items() if schema is None)
+            raise TypeError(f"{stub.__name__}: an op's parameters are (x, dim or normalized_shape or num_groups, then "
+                            f"any of {', '.join(PARAMS)}), or (x, then those) for an op of a region without a "
+                            f"parameter ({unnamed}); got {names}")
         if list(inspect.signature(reference).parameters) != names:
             raise TypeError(f"{stub.__name__}: the reference's parameters {list(inspect.signature(reference).parameters)} "
                             f"differ from the op's {names}")
@@ -398,7 +617,7 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
         spec = OpSpec(stub.__name__, FAMILIES[family], functor, ids[functor], reference, tuple(names[first:]),
                       {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty},
                       values, tuple(dataclasses.replace(p, op=stub.__name__) for p in problems),
-                      inspect.getdoc(stub) or "", whole, trailing)
+                      inspect.getdoc(stub) or "", kind)
         _define_custom_op(spec)
         REGISTRY[spec.name] = spec
         PUBLIC.append(spec.name)
@@ -435,7 +654,7 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
             namespace[f"_default{i}"] = p.default
             params.append(f"{p.name}=_default{i}")
     names = list(signature.parameters)
-    call = ", ".join(names[:1] + ["None"] + names[1:] if spec.whole else names)
+    call = ", ".join(names if REGIONS[spec.region] else names[:1] + ["None"] + names[1:])
     source = f"def {spec.name}({', '.join(params)}):\n    return _call({call})\n"
     exec(compile(source, f"<normscan.{spec.name}>", "exec"), namespace)
     return functools.update_wrapper(namespace[spec.name], stub)

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from . import view
+from . import grouped, reference, view
 from .registry import REGISTRY, OpSpec
 
 # Normalisations: one fp32 reduction and one rounding to the output dtype. 16-bit outputs
@@ -43,6 +43,8 @@ class Case:
     # (dim, count): check only these slices (huge inputs; a whole-tensor op's reference is
     # still taken over every element)
     sample: tuple[int, int] | None = None
+    with_running: bool = False  # instance_norm's, batch_norm's: running statistics, their update checked too
+    mask_dims: tuple[int, ...] = ()  # masked_cumsum's: dims of x its mask broadcasts along (size 1 there)
 
     @property
     def spec(self) -> OpSpec:
@@ -160,8 +162,88 @@ def cases(ops: list[str] | None = None, quick: bool = False, huge: bool = True) 
                 out += _whole_cases(spec, quick, huge)
             elif spec.trailing:
                 out += _trailing_cases(spec, quick, huge)
+            elif spec.grouped:
+                out += _channel_cases(spec, quick, huge)
             else:
                 out += _op_cases(spec, quick, huge)
+    return out
+
+
+# The channel norms' (N, C, *) shapes with a group count for group_norm: groups whose
+# elements span every row kernel (a warp to a cluster), and those read twice; (N, C) inputs;
+# batch_norm's rows of one channel merged across the batch, split across blocks.
+CHANNEL_SHAPES = [((2, 6), 3), ((3, 4, 1), 2), ((2, 6, 5, 7), 3), ((2, 6, 5, 7), 6), ((3, 4, 33), 1),
+                  ((2, 8, 33, 65), 4), ((2, 3, 4097), 3), ((2, 4, 16385), 2), ((3, 2, 65537), 2), ((2, 2, 300001), 2),
+                  ((2, 3, 2, 3, 4), 3)]
+LONG_CHANNEL_SHAPES = [((2, 2, 1_000_003), 1), ((4, 8, (1 << 18) + 3), 4), ((1, 3, (1 << 21) + 5), 3)]
+# Layouts of an (N, C, H, W) tensor, each a view of one drawn in that shape (channels_last's
+# drawn as (N, H, W, C)).
+CHANNEL_VIEWS = {
+    "channels_last": lambda x: x.permute(0, 3, 1, 2),
+    "sliced": lambda x: x[:, :, 1:],
+    "stepped": lambda x: x[..., ::2],
+    "transposed spatial": lambda x: x.transpose(-1, -2),
+}
+
+
+
+def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
+    """group_norm's, instance_norm's and batch_norm's: shapes, dtypes and layouts, a weight
+    and bias, running statistics and their update, special values."""
+    op, dist = spec.name, spec.values
+    grouped_by = spec.region == "num_groups"
+    stats = spec.has_stats
+    flag = next((f for f in ("use_input_stats", "training") if spec.takes(f)), None)
+    out: list[Case] = []
+
+    def case(name, shape, groups, dtype=torch.float32, d=dist, layout=None, specials=None, **kw):
+        if any(c.name == f"{op} {name}" for c in out):
+            return  # instance_norm's and batch_norm's names leave out the group count: one case each
+        kwargs = dict(kw.pop("kwargs", {}))
+        if flag is not None:
+            kwargs.setdefault(flag, True)
+        positions = math.prod(shape[2:])
+        if kwargs.get(flag) and (spec.region == "instance" and positions <= 1 or spec.region == "batch" and (
+                shape[0] * positions <= 1 or kwargs.get("eps", 1) <= 0)):
+            return  # refused in training, as PyTorch refuses it (tests/test_ops.py)
+        made = (shape[0], *shape[2:], shape[1]) if layout == "channels_last" else shape
+        out.append(Case(f"{op} {name}", op, maker(made, dtype, d, view=CHANNEL_VIEWS.get(layout), specials=specials),
+                        groups if grouped_by else None, kwargs, **kw))
+    shapes = CHANNEL_SHAPES + ([] if quick else LONG_CHANNEL_SHAPES)
+    for dtype in DTYPES:
+        for shape, groups in shapes if dtype == torch.float32 else shapes[::2]:
+            case(f"{shape} groups={groups} {_dt(dtype)}" if grouped_by else f"{shape} {_dt(dtype)}", shape, groups,
+                 dtype)
+    for vname in CHANNEL_VIEWS:
+        for shape, groups in [((2, 6, 5, 8), 3), ((2, 6, 5, 8), 6), ((3, 40, 6, 7), 40)]:
+            case(f"{vname} {shape}" + (f" groups={groups}" if grouped_by else ""), shape, groups, layout=vname)
+    for dtype in DTYPES:
+        for shape, groups in [((2, 6, 5, 7), 3), ((3, 4, 4097), 4), ((4, 3, 2, 8), 3), ((5, 4), 2)]:
+            case(f"weight, bias {shape} {_dt(dtype)}", shape, groups, dtype, with_weight=True)
+            if stats:
+                case(f"running {shape} {_dt(dtype)}", shape, groups, dtype, with_weight=True, with_running=True)
+                case(f"running, momentum 0.3 {shape} {_dt(dtype)}", shape, groups, dtype, with_running=True,
+                     kwargs={"momentum": 0.3})
+                case(f"running statistics, {flag}=False {shape} {_dt(dtype)}", shape, groups, dtype,
+                     with_weight=True, with_running=True, kwargs={flag: False})
+    if stats:
+        for vname in ("channels_last", "sliced"):
+            case(f"running {vname} (2, 6, 5, 8)", (2, 6, 5, 8), 6, layout=vname, with_weight=True,
+                 with_running=True)
+    for d in ["uniform", "mixed", "large", "tiny"]:
+        case(f"{d} (4, 6, 4099)", (4, 6, 4099), 3, d=d)
+    for shape in [(4, 6, 4099), (2, 2, 65537)] + ([] if quick else [(2, 2, 1_000_003)]):
+        case(f"mean 1e3 {shape}", shape, 2, specials=lambda x: x.add_(1e3))
+    case("mean 1e3 channels_last (2, 8, 33, 8)", (2, 8, 33, 8), 8, layout="channels_last",
+         specials=lambda x: x.add_(1e3))
+    case("zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_())
+    case("eps=0 zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_(), kwargs={"eps": 0.0})
+    case("inf/nan", (4, 6, 515), 3, specials=lambda x: _inf_nan(x.view(4, 6, 515)))
+    case("empty batch", (0, 6, 5), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
+    case("empty positions", (2, 6, 0), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
+    if huge and not quick:  # more than 2**31 elements: 64-bit offsets
+        case(">2**31 (3, 4, 2**29+3)", (3, 4, (1 << 29) + 3), 2, sample=(1, 2))
+        case(">2**31 (1, 2, 2**30+5)", (1, 2, (1 << 30) + 5), 2, sample=(1, 2))
     return out
 
 
@@ -297,8 +379,9 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     return out
 
 
-def _wrapped(dim: int | tuple | None, x: torch.Tensor) -> int | tuple | None:
-    return dim if dim is None or isinstance(dim, tuple) else dim % max(x.dim(), 1)
+def _wrapped(case: Case, x: torch.Tensor) -> int | tuple | None:
+    """The case's dim as the op takes it internally: a dim wrapped; the rest as they are."""
+    return case.dim % max(x.dim(), 1) if case.spec.region == "dim" else case.dim
 
 
 def _dt(dtype: torch.dtype) -> str:
@@ -330,8 +413,10 @@ def _args(case: Case, params: dict) -> list:
     return case.spec.args(dict(case.kwargs, **params))
 
 
-def _folds(x: torch.Tensor, out: torch.Tensor, dim) -> bool:
+def _folds(spec: OpSpec, x: torch.Tensor, out: torch.Tensor, dim) -> bool:
     """Whether the kernel can write x's result into out (else the public API runs)."""
+    if spec.grouped:  # the channel norms: their statistics' view, in both
+        return grouped.plan(x, out, x.shape[1] if dim is None else dim, spec.region == "batch") is not None
     if isinstance(dim, tuple):  # layer_norm: its normalized dims merged, in both
         x, out = (view.merge_trailing(t, len(dim)) for t in (x, out))
         return x is not None and out is not None and view.fold(x, out, x.dim() - 1) is not None
@@ -340,22 +425,38 @@ def _folds(x: torch.Tensor, out: torch.Tensor, dim) -> bool:
 
 def run_op(case: Case, x: torch.Tensor, params: dict, out: torch.Tensor | None) -> torch.Tensor:
     """The op; on CUDA into ``out`` when given (and x's layout folds), else through the public API."""
-    spec, dim = case.spec, _wrapped(case.dim, x)
-    if x.is_cuda and out is not None and _folds(x, out, dim):
+    spec, dim = case.spec, _wrapped(case, x)
+    if x.is_cuda and out is not None and _folds(spec, x, out, dim):
         return spec.launch(x, dim, *_args(case, params), out=out)
     return spec.call(x, case.dim, *_args(case, params))
+
+
+def tensor_params(case: Case, x: torch.Tensor, dim) -> dict:
+    """The case's tensor arguments, drawn afresh: a weight (and a bias, for an op that takes
+    one), running statistics, a mask."""
+    spec, device, params = case.spec, x.device, {}
+    if case.with_weight:
+        shape, _ = spec.param_shape(tuple(x.shape), dim)
+        params["weight"] = (torch.rand(shape, device=device) + 0.5).to(x.dtype)
+        if spec.takes("bias"):
+            params["bias"] = torch.randn(shape, device=device).to(x.dtype)
+    if case.with_running:  # 16-bit x's in float32, as PyTorch's mixed-precision modules keep them
+        shape, _ = spec.param_shape(tuple(x.shape), dim)
+        dtype = torch.float32 if x.dtype.itemsize == 2 else x.dtype
+        params["running_mean"] = torch.randn(shape, device=device).to(dtype)
+        params["running_var"] = (torch.rand(shape, device=device) + 0.5).to(dtype)
+    if spec.takes("mask"):
+        shape = [1 if d in case.mask_dims else n for d, n in enumerate(x.shape)]
+        params["mask"] = torch.rand(shape, device=device) < 0.5
+    return params
 
 
 def check(case: Case, device: str = "cuda") -> Result:
     spec = case.spec
     x = case.make(device)
-    dim = _wrapped(case.dim, x)
-    params = {}  # the weight, and a bias for an op that takes one
-    if case.with_weight:
-        shape = dim if isinstance(dim, tuple) else (x.shape[dim] if x.dim() else 1,)
-        params["weight"] = (torch.rand(shape, device=device) + 0.5).to(x.dtype)
-        if spec.takes("bias"):
-            params["bias"] = torch.randn(shape, device=device).to(x.dtype)
+    dim = _wrapped(case, x)
+    params = tensor_params(case, x, dim)
+    wide = {k: t.double() if t.is_floating_point() else t for k, t in params.items()}  # the reference's (updated) own
     out = view.output_like(x)
     # NaN poison shows unwritten elements wherever the reference has none; else a sentinel.
     poison = math.nan if not x.isnan().any() else -1234.5
@@ -364,7 +465,6 @@ def check(case: Case, device: str = "cuda") -> Result:
     if x.is_cuda:
         torch.cuda.synchronize()
     detail, ref = "", None
-    wide = {k: t.double() for k, t in params.items()}
     if case.sample is not None:
         sdim, count = case.sample
         if not bool(x.isnan().any()) and bool(y.isnan().any()):
@@ -388,8 +488,19 @@ def check(case: Case, device: str = "cuda") -> Result:
         bound = max(2 * torch_err, 2 * UNIT_ROUNDOFF[x.dtype])
     else:  # and no worse than twice the exact result rounded once (16-bit subnormal outputs)
         bound = max(NORM_BOUNDS[x.dtype], 2 * rel_error(ref.to(y.dtype), ref)[0])
-        if spec.trailing:  # layer_norm: the mean's own rounding scales with |mean| / std: nor
-            # worse than twice PyTorch's error on the same input
-            bound = max(bound, 2 * rel_error(spec.expression(x, dim, *_args(case, params)), ref)[0])
+        if spec.trailing or spec.grouped:  # centered: the mean's own rounding scales with |mean| /
+            # std: nor worse than twice PyTorch's error on the same input (16-bit in float32;
+            # its running statistics are copies, left as they are)
+            theirs = {k: t.clone() if k in ("running_mean", "running_var") else t for k, t in params.items()}
+            bound = max(bound, 2 * rel_error(reference.in_float32(spec.expression)(x, dim, *_args(case, theirs)),
+                                             ref)[0])
     passed = not mismatch and err <= bound
+    if passed and case.with_running:  # the running statistics' update, against float64's
+        for name in ("running_mean", "running_var"):
+            r_err, r_mismatch = rel_error(params[name], wide[name])
+            r_bound = max(NORM_BOUNDS[params[name].dtype], 2 * rel_error(wide[name].to(params[name].dtype),
+                                                                           wide[name])[0])
+            if r_mismatch or r_err > r_bound:
+                err, bound, passed = r_err, r_bound, False
+                detail = f"{name}: {r_mismatch or 'updated wrongly'}"
     return Result(case, _dt(x.dtype), tuple(x.shape), err, bound, passed, mismatch or detail)

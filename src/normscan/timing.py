@@ -46,14 +46,21 @@ class Entry:
     dtype: torch.dtype
     dim: int | tuple | None                      # None: a whole-tensor op; a tuple: normalized_shape
     kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for weight
-    weight: bool = False
-    baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, weight)
+    weight: bool = False     # drawn each round and passed as `w`: the op's weight, or its mask (masked_cumsum)
+    baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, w)
     mode: str = "forward"    # or "backward", "forward+backward" (MODES)
     tensors: int = 2         # full-tensor reads and writes the fewest an implementation needs
+    other_bytes: int = 0     # and bytes an element of the op's other inputs (a bool mask: 1)
+
+    @property
+    def w_name(self) -> str:
+        """The op's argument `w` is: its weight, or its mask."""
+        return "mask" if REGISTRY[self.op].takes("mask") else "weight"
 
     @property
     def bytes_moved(self) -> int:
-        return self.tensors * math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return math.prod(self.shape) * (self.tensors * itemsize + self.other_bytes)
 
 
 MODES = ("forward", "backward", "forward+backward")
@@ -127,9 +134,12 @@ def inputs(entry: Entry, device: str) -> list[torch.Tensor]:
 
 
 def weight(entry: Entry, device: str) -> torch.Tensor | None:
+    """`w`, drawn afresh: the entry's weight, or its op's mask (a random half of x)."""
     if not entry.weight:
         return None
-    shape = entry.dim if isinstance(entry.dim, tuple) else (entry.shape[entry.dim],)  # layer_norm's: normalized_shape
+    if entry.w_name == "mask":
+        return torch.rand(entry.shape, device=device) < 0.5
+    shape, _ = REGISTRY[entry.op].param_shape(entry.shape, entry.dim)
     return (torch.rand(shape, device=device) + 0.5).to(entry.dtype)
 
 
@@ -160,7 +170,7 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
         return torch.autograd.grad(f(*inputs) if len(inputs) > 1 else f(inputs[0], None), inputs, g.to(dtype))
 
     def expression(x, w):
-        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, weight=w)))
+        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, **{entry.w_name: w})))
     exact = grads(expression, torch.float64)
     theirs = grads(reference.in_float32(expression), entry.dtype)
     mine = grads(fn, entry.dtype)
@@ -177,10 +187,13 @@ def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
     spec = REGISTRY[entry.op]
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, spec.values), entry.dim,
-                        dict(entry.kwargs), with_weight=entry.weight)
-    if math.prod(entry.shape) > 1 << 26:
-        case.sample = (0 if entry.dim is None or isinstance(entry.dim, tuple) else
-                       next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape)), 32)
+                        dict(entry.kwargs), with_weight=entry.weight and entry.w_name == "weight")
+    if math.prod(entry.shape) > 1 << 26:  # slices along a dim whose slices are independent
+        if spec.region == "dim":
+            sdim = next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape))
+        else:
+            sdim = 1 if spec.region == "batch" else 0  # batch_norm's channels; the others' samples
+        case.sample = (sdim, 32)
     r = testing.check(case, device)
     return r.error, r.bound, r.passed
 

@@ -93,6 +93,14 @@ def fold_strides(x: torch.Tensor, y: torch.Tensor, dim: int) -> View | None:
     return View(outer, length, inner, xso, sl[0], xsi, yso, sl[1], ysi)
 
 
+def of_3d(x3: torch.Tensor, y3: torch.Tensor) -> View:
+    """The View of two 3-D tensors of one shape, taken as (outer, length, inner) as they
+    stand (a dim of one element gets stride 1: only its one position is read)."""
+    def strides(t: torch.Tensor) -> list[int]:
+        return [st if size > 1 else 1 for size, st in zip(t.shape, t.stride())]
+    return View(*x3.shape, *strides(x3), *strides(y3))
+
+
 def merge_trailing(x: torch.Tensor, count: int) -> torch.Tensor | None:
     """x with its last ``count`` dims as one (a view; layer_norm's normalized dims), or None
     where they are not one run of constant stride."""

@@ -31,7 +31,7 @@ DEFAULT_ROUNDS = 3
 def ours(entry: timing.Entry):
     """normscan's public function on an entry's arguments, as fn(x, weight)."""
     spec = REGISTRY[entry.op]
-    return lambda x, w: spec.call(x, entry.dim, *spec.args(dict(entry.kwargs, weight=w)))
+    return lambda x, w: spec.call(x, entry.dim, *spec.args(dict(entry.kwargs, **{entry.w_name: w})))
 
 
 def table_rows(rows: list[timing.Row], copy_gbs: float) -> list[list[str]]:

@@ -3,8 +3,12 @@
 Each file holds normscan's own code for its op, float32 only, and does not import normscan:
 the CUDA source of the op's family (its binding, and the kernels of this op alone, comments
 stripped), compiled with ``load_inline`` at import; the view (view.py's ``View``, ``is_dense`` and
-``fold``) and the family's launcher from the package's source; ``ModelNew`` with the
-problem's ``Model`` constructor; and the problem's ``get_inputs`` / ``get_init_inputs``.
+``fold``; for the channel norms grouped.py's ``plan``) and the family's launcher from the
+package's source; ``ModelNew`` with the problem's ``Model`` constructor and the op's
+defaults (the problem's call over them); and the problem's ``get_inputs`` /
+``get_init_inputs``. The channel norms' ModelNew keeps no weight, bias or running
+statistics: KernelBench's Model leaves its weight and bias at ones and zeros, and its
+output in training mode does not depend on its running statistics.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import inspect
 import re
 from pathlib import Path
 
-from .. import __version__, _build, view
+from .. import __version__, _build, grouped, view
 from ..problems import Problem, all_problems
 
 _FILE = '''"""normscan solution for KernelBench level 1, problem {name} (normscan.{op}).
@@ -51,26 +55,50 @@ _ext = load_inline(
 {python}
 
 OP = {op_id}  # {functor} in csrc/{family}/ops.cuh
+DEFAULTS = {defaults}  # normscan.{op}'s
 
 
 class ModelNew(nn.Module):
     def __init__(self{init}):
         super().__init__()
-        self.kwargs = dict({call})
+        self.kwargs = dict(DEFAULTS, **dict({call}))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, {inputs_args}) -> torch.Tensor:
         kwargs = dict(self.kwargs)
-        dim = kwargs.pop("dim", None)  # None: every element
-        x = x.contiguous()
-        shape = x.shape
-        if "normalized_shape" in kwargs:  # the last dims, as one row
-            x, dim = x.view(-1, math.prod(kwargs.pop("normalized_shape"))), 1
-        y = torch.empty_like(x)
-        {launcher}(_ext, x, y, OP, fold(x, y, None if dim is None else dim % max(x.dim(), 1)), **kwargs)
-        return y.view(shape)
+{body}
 
 
 {inputs}'''
+
+# ModelNew.forward after its kwargs (the op's arguments), by the op's region.
+_BODIES = {
+    "dim": """\
+        dim = kwargs.pop("dim")
+        x = x.contiguous(){others}
+        y = torch.empty_like(x)
+        {launcher}(_ext, x, y, OP, fold(x, y, dim % max(x.dim(), 1)), **kwargs)
+        return y""",
+    "whole": """\
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        {launcher}(_ext, x, y, OP, fold(x, y, None), **kwargs)
+        return y""",
+    "normalized_shape": """\
+        x = x.contiguous()
+        shape = x.shape
+        x = x.view(-1, math.prod(kwargs.pop("normalized_shape")))  # the last dims, as one row
+        y = torch.empty_like(x)
+        {launcher}(_ext, x, y, OP, fold(x, y, 1), **kwargs)
+        return y.view(shape)""",
+    # the channel norms: every sample's groups (num_groups; one a channel for instance_norm),
+    # or every channel across the batch (batch_norm, with its input's statistics)
+    "grouped": """\
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        p = plan(x, y, kwargs.get("num_groups", x.shape[1]), {across_batch})
+        {launcher}(_ext, p.x3, p.y3, OP, p.view, eps=kwargs["eps"], grouping=p.grouping)
+        return y""",
+}
 
 
 def strip_comments(source: str) -> str:
@@ -92,13 +120,22 @@ def cuda_source(spec) -> str:
 def solution(problem: Problem) -> str:
     spec = problem.spec
     slug = re.sub(r"\W", "_", problem.name).strip("_").lower()
-    python = "\n\n\n".join(inspect.getsource(obj).rstrip() for obj in
-                         (view.View, view.is_dense, view.fold, spec.family.launch))
+    helpers = [view.View, view.is_dense, view.fold]
+    if spec.grouped:  # their statistics' views
+        helpers += [view.of_3d, grouped.Plan, grouped.counts, grouped._run, grouped._rows, grouped._columns, grouped.plan]
+    python = "\n\n\n".join(inspect.getsource(obj).rstrip() for obj in (*helpers, spec.family.launch))
+    # The op's defaults for the arguments its launcher takes (eps: 1e-5 where the call gives none).
+    launcher_takes = inspect.signature(spec.family.launch).parameters
+    defaults = {n: v for n, v in spec.defaults.items() if n in spec.params and n in launcher_takes}
+    others = "".join(f"\n        kwargs[{n!r}] = {n}.contiguous()" for n in problem.input_names)
+    body = _BODIES["grouped" if spec.grouped else spec.region].format(
+        launcher=spec.family.launch.__name__, others=others, across_batch=spec.region == "batch")
     return _FILE.format(name=problem.name, op=spec.name, version=__version__, cuda=cuda_source(spec),
                         cpp=strip_comments(_build.expand_source(_build.ENTRIES)), slug=slug,
                         family=spec.family.name, python=python, op_id=spec.op_id, functor=spec.functor,
-                        init=f", {problem.init}" if problem.init else "", call=problem.call,
-                        launcher=spec.family.launch.__name__, inputs=problem.inputs_source)
+                        init=f", {problem.init}" if problem.init else "", call=problem.call, defaults=defaults,
+                        inputs_args=", ".join(f"{n}: torch.Tensor" for n in ["x", *problem.input_names]), body=body,
+                        inputs=problem.inputs_source)
 
 
 def write_all(folder: Path) -> list[Path]:

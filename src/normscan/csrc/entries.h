@@ -10,9 +10,13 @@
 #include <tuple>
 
 // y = apply(x, scale(reduce(x))) [* weight] [+ bias] along the view's length (x * scale for
-// the norms).
+// the norms). A grouped op (group_norm's) also takes `grouping`, (groups, span, stat_groups):
+// its weight and bias are per channel, and rows share statistics (csrc/reduce_scale/ops.cuh,
+// Grouping); `stats`, where given, gets each statistic's mean and sum of squared deviations
+// from it (stat_groups x 2, float32; float64 for float64 x). Others take an empty grouping.
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
-                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps);
+                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
+                  at::IntArrayRef grouping, const std::optional<at::Tensor>& stats);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
 // the weight's as per-row-group partial sums (the first result's rows, summed in order, are
 // dw; into dw_part when given, which must have their shape). g's rows are contiguous,
@@ -21,5 +25,7 @@ std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at
                                                    const std::optional<at::Tensor>& weight, bool weight_grad,
                                                    const std::optional<at::Tensor>& dw_part, int64_t op,
                                                    at::IntArrayRef view, int64_t g_row_stride, double eps);
-// y = the scan of x along the view's length.
-void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive);
+// y = the scan of x along the view's length; a masked op's x times `mask` (bool, with x's
+// strides along the view).
+void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,
+          const std::optional<at::Tensor>& mask);

@@ -15,26 +15,58 @@ void check_weight(const at::Tensor& x, const std::optional<at::Tensor>& weight, 
   }
 }
 
+// A grouped op's grouping, checked against the view: (groups, span, stat_groups).
+template <typename A>
+normscan::Grouping<A> checked_grouping(at::IntArrayRef g, const normscan::View& v) {
+  using normscan::num;
+  TORCH_CHECK(g.size() == 3, "normscan: a grouped op's grouping is (groups, span, stat_groups), got ",
+              num(static_cast<int64_t>(g.size())), " values");
+  const int64_t rows = v.outer * v.inner;
+  TORCH_CHECK(g[0] > 0 && g[1] > 0 && g[2] > 0 && v.length % g[1] == 0 && rows % g[2] == 0,
+              "normscan: grouping (", num(g[0]), ", ", num(g[1]), ", ", num(g[2]), ") does not divide the view's ",
+              num(rows), " rows of ", num(v.length));
+  return normscan::Grouping<A>{g[0], g[1], g[2], nullptr};
+}
+
 }  // namespace
 
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
-                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps) {
+                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
+                  at::IntArrayRef grouping, const std::optional<at::Tensor>& stats) {
   using namespace normscan;
   const View v = checked_view(x, y, view);
-  check_weight(x, weight, v.length);
-  check_weight(x, bias, v.length, "bias");
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale", [&] {
     using T = cuda_t<scalar_t>;
-    const ReduceScaleArgs<T> a{data<T>(x), mutable_data<T>(y), weight ? data<T>(*weight) : nullptr,
-                               bias ? data<T>(*bias) : nullptr, v, eps};
+    using A = acc_t<T>;
+    const ReduceScaleArgs<T> common{data<T>(x), mutable_data<T>(y), weight ? data<T>(*weight) : nullptr,
+                                    bias ? data<T>(*bias) : nullptr, v, eps};
     const bool known = with_reduce_scale_op(op, [&](auto functor) {
       using Op = decltype(functor);
+      ArgsFor<T, Op> a{common};
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
       TORCH_CHECK(a.b == nullptr || Op::kBiased, "normscan: reduce-scale op ", num(op),
                   " takes no bias: bias must be None");
+      TORCH_CHECK(grouping.empty() != Op::kGrouped, "normscan: reduce-scale op ", num(op),
+                  Op::kGrouped ? " needs a grouping" : " takes no grouping");
+      int64_t params = v.length;  // weight and bias elements: one a position, or a channel
+      if constexpr (Op::kGrouped) {
+        a.grouping = checked_grouping<A>(grouping, v);
+        const Grouping<A>& g = a.grouping;
+        params = g.groups * (v.length / g.span);
+        if (stats) {
+          TORCH_CHECK(stats->is_contiguous() && stats->device() == x.device() &&
+                          stats->scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) &&
+                          stats->numel() == 2 * g.stat_groups,
+                      "normscan: stats must be a contiguous (", num(g.stat_groups), ", 2) ",
+                      sizeof(A) == 8 ? "float64" : "float32", " tensor on x's device");
+          a.grouping.stats = static_cast<A*>(stats->data_ptr());
+        }
+      }
+      check_weight(x, weight, params);
+      check_weight(x, bias, params, "bias");
       check_cuda(launch_reduce_scale<T, Op>(a, stream, Workspace(x)), "reduce_scale");
     });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));

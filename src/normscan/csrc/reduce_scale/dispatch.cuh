@@ -8,22 +8,30 @@
 namespace normscan {
 
 template <typename T, typename Op, typename Cfg>
-inline cudaError_t launch_rows(const ReduceScaleArgs<T>& a, int cluster, cudaStream_t stream) {
+inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.view.outer : ceil_div(a.view.outer, Cfg::kBlock / Cfg::kThreadsPerRow);
   return launch_units<reduce_scale_rows_kernel<T, Op, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, units,
                                                              Cfg::kSmemBytes, stream, a);
 }
 
+// Whether rows share statistics (a grouped op's batch_norm): only the split kernels merge them.
+template <typename T, typename Op> inline bool rows_share_stats(const ArgsFor<T, Op>& a) {
+  if constexpr (Op::kGrouped) return a.grouping.stat_groups != a.view.outer;
+  else return false;
+}
+
 // Rows read twice (reread.cuh): one block a row, or each row split across blocks where the
-// rows are too few to fill the GPU; the parts' statistics in alloc(bytes).
+// rows are too few to fill the GPU or share statistics; the parts' statistics in
+// alloc(bytes).
 template <typename T, typename Op, int V, typename Alloc>
-inline cudaError_t launch_reread(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
+inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
   constexpr auto reread = reduce_scale_reread_kernel<T, Op, kRereadBlock, V>;
   int64_t resident = 0;
   cudaError_t err = resident_units<reread>(dim3(kRereadBlock), 1, 0, &resident);
   if (err != cudaSuccess) return err;
   const RowSplitting c = split_rows(a.view.outer, a.view.length / V, resident);
-  if (c.parts == 1) return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
+  if (c.parts == 1 && !rows_share_stats<T, Op>(a))
+    return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
   using Stat = RowStat<Op, acc_t<T>>;
   auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * a.view.outer * c.parts));
   if (stats == nullptr) return cudaErrorMemoryAllocation;
@@ -35,14 +43,14 @@ inline cudaError_t launch_reread(const ReduceScaleArgs<T>& a, cudaStream_t strea
 }
 
 template <typename T, typename Op, typename Alloc>
-inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
+inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
   constexpr int V = vec16<T>();
   DeviceInfo d;
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
   const int64_t nvec = a.view.length / V;  // whole vectors in the worst-aligned row
   const bool aligned = a.view.rows_share_alignment(a.x, a.y);
-  if (aligned) {
+  if (aligned && !rows_share_stats<T, Op>(a)) {
     if (nvec <= RowsOneWarp::kVecsPerBlock) return launch_rows<T, Op, RowsOneWarp>(a, 1, stream);
     if (nvec <= RowsTwoWarps::kVecsPerBlock) return launch_rows<T, Op, RowsTwoWarps>(a, 1, stream);
     if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, 1, stream);
@@ -68,7 +76,7 @@ inline cudaError_t launch_reduce_scale_rows(const ReduceScaleArgs<T>& a, cudaStr
 }
 
 template <typename T, typename Op, typename Cfg>
-inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stream, int cluster = 1) {
+inline cudaError_t launch_strided(const ArgsFor<T, Op>& a, cudaStream_t stream, int cluster = 1) {
   const int64_t tiles = a.view.outer * ceil_div(a.view.inner, Cfg::kTile);
   // Clustered tiles hide their cross-block reduction behind the next tile's prefetch: a
   // grid of one cluster per tile (which prefetches nothing) ran 2-3% slower on
@@ -80,16 +88,22 @@ inline cudaError_t launch_strided(const ReduceScaleArgs<T>& a, cudaStream_t stre
 
 // The strided config Cfg with as many blocks a cluster as its columns need.
 template <typename T, typename Op, typename Cfg>
-inline cudaError_t launch_strided_cluster(const ReduceScaleArgs<T>& a, cudaStream_t stream) {
+inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t stream) {
   return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
 }
 
 // alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
 // cannot be had), for the partial statistics of rows split across blocks.
 template <typename T, typename Op, typename Alloc>
-inline cudaError_t launch_reduce_scale(const ReduceScaleArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
+inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
   if (a.view.empty()) return cudaSuccess;
   if (a.view.rows()) return launch_reduce_scale_rows<T, Op>(a, stream, alloc);
+  // A grouped op's strided columns are its channels, each its own statistic.
+  if constexpr (Op::kGrouped) {
+    const Grouping<acc_t<T>>& g = a.grouping;
+    if (g.groups != a.view.inner || g.span != a.view.length || g.stat_groups != a.view.outer * a.view.inner)
+      return cudaErrorInvalidValue;
+  }
   DeviceInfo d;
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;

@@ -3,30 +3,52 @@
 // only in their functor.
 #pragma once
 
+#include <type_traits>
+
 #include "../device/reduce.cuh"
 #include "../device/view.cuh"
 
 namespace normscan {
 
+// A grouped op's channels and statistics (group_norm, instance_norm, batch_norm: x is
+// (N, C, *) with a weight and bias per channel C). Element l of row r belongs to channel
+// (r % groups) * (length / span) + l / span: a row is length / span channels of span
+// elements each (group_norm's rows, one a (sample, group)), or one channel (span ==
+// length: instance_norm's, one a (sample, channel)); a strided view's columns (o, i) are
+// channels i (inner == groups). Rows r, r + stat_groups, r + 2 stat_groups, ... share one statistic
+// (batch_norm's rows of one channel, one a sample; every row its own where stat_groups ==
+// outer). `stats`, where not null, gets statistic g's mean and sum of squared deviations
+// at stats[2g], stats[2g + 1] (the running statistics' update).
+template <typename A> struct Grouping {
+  int64_t groups, span, stat_groups;
+  A* stats;
+};
+
 template <typename T> struct ReduceScaleArgs {
   const T* x;
   T* y;
-  const T* w;  // optional, may be null: one weight per position along the reduced dim
+  const T* w;  // optional, may be null: one weight per position along the reduced dim (a channel: kGrouped)
   const T* b;  // likewise a bias (kBiased ops)
   View view;
   double eps;
+};
+// A grouped op's: the others' kernels keep ReduceScaleArgs (32 bytes more of kernel
+// parameters spilled the 16-bit RMSNorm and softmax row kernels, which sit at 64 registers).
+template <typename T> struct GroupedArgs : ReduceScaleArgs<T> {
+  Grouping<acc_t<T>> grouping;
 };
 
 // map: what is summed; scale: the row's factor from that sum; apply: an element's output
 // (x * scale for the norms); kWeighted, kBiased: whether the op takes a weight, a bias;
 // kMaxShifted: the row's maximum m is found first and map and apply see x - m (softmax:
 // exp(x - m) cannot overflow); kCentered: likewise the row's mean (layer_norm: map sums
-// squared deviations); kFusedBackward: backward.cuh serves the op. For the backward
+// squared deviations); kGrouped: a weight and bias per channel, statistics shared across
+// rows, written out (Grouping); kFusedBackward: backward.cuh serves the op. For the backward
 // (backward.cuh), with c = scale(S) and S = sum(map(x)): dx = c * g * w + grad_coef(c, n) *
 // D * dmap(x), where D = sum(g * w * x) and grad_coef(c, n) * dmap(x) = dc/dS * map'(x).
 struct ReduceScaleTraits {
   static constexpr bool kWeighted = false, kBiased = false, kMaxShifted = false, kCentered = false,
-                        kFusedBackward = false;
+                        kGrouped = false, kFusedBackward = false;
 };
 struct L2NormOp : ReduceScaleTraits {
   static constexpr bool kFusedBackward = true;
@@ -99,11 +121,22 @@ struct LayerNormOp : ReduceScaleTraits {
   }
 };
 
+// group_norm, instance_norm, batch_norm: layer_norm's statistics over a grouped row or
+// column, a weight and bias per channel (Grouping).
+struct GroupNormOp : LayerNormOp {
+  static constexpr bool kGrouped = true;
+};
+
+// The arguments an op's kernels take.
+template <typename T, typename Op>
+using ArgsFor = std::conditional_t<Op::kGrouped, GroupedArgs<T>, ReduceScaleArgs<T>>;
+
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
 // against this list by tests/test_registry.py.
 #ifndef NORMSCAN_REDUCE_SCALE_OPS  // an exported KernelBench file lists its one op itself
 #define NORMSCAN_REDUCE_SCALE_OPS(X) \
-  X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp) X(5, LayerNormOp)
+  X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp) X(5, LayerNormOp) \
+  X(6, GroupNormOp)
 #endif
 
 NORMSCAN_OP_VISITOR(with_reduce_scale_op, NORMSCAN_REDUCE_SCALE_OPS)
@@ -139,6 +172,58 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, cons
     if (b != nullptr) v += Convert<T>::to_acc(b[l]);
   }
   return Convert<T>::from_acc(v);
+}
+
+// A grouped op's weight and bias along one row: those of channel l / span of the row's
+// channels, which start at w and b. WIDE: rows of 2**31 elements and more (64-bit
+// divisions); rows held on chip are shorter (32-bit ones).
+template <typename T, bool WIDE = false> struct ChannelRow {
+  using Offset = std::conditional_t<WIDE, int64_t, uint32_t>;
+  const T* w;
+  const T* b;
+  Offset span;
+
+  static __device__ __forceinline__ ChannelRow at(const GroupedArgs<T>& a, int64_t row) {
+    const int64_t first = (row % a.grouping.groups) * (a.view.length / a.grouping.span);
+    return ChannelRow{a.w ? a.w + first : nullptr, a.b ? a.b + first : nullptr, static_cast<Offset>(a.grouping.span)};
+  }
+  __device__ __forceinline__ int64_t channel(int64_t l) const { return static_cast<Offset>(l) / span; }
+  // y of element l: apply(x, scale) * w + b of its channel.
+  template <typename Op>
+  __device__ __forceinline__ T scale(T x, acc_t<T> scale, acc_t<T> shift, int64_t l) const {
+    return scale_one<Op>(x, scale, shift, w, b, channel(l));
+  }
+  // The same for the V elements from l, whose channel is looked up once where they share one.
+  template <typename Op, int V>
+  __device__ __forceinline__ Vec<T, V> scale(const Vec<T, V>& x, acc_t<T> scale, acc_t<T> shift, int64_t l) const {
+    using A = acc_t<T>;
+    A v[V];
+    const int64_t c = channel(l);
+    if (static_cast<Offset>(l) - static_cast<Offset>(c) * span + V <= span) {
+      const A wc = w ? Convert<T>::to_acc(w[c]) : A(1), bc = b ? Convert<T>::to_acc(b[c]) : A(0);
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale) * wc + bc;
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = Convert<T>::to_acc(this->scale<Op>(x.v[i], scale, shift, l + i));
+    }
+    if constexpr (V % 2 == 0) {
+      return from_acc_vec<T, V>(v);
+    } else {  // single elements (rows whose x and y are aligned differently)
+      Vec<T, V> out;
+#pragma unroll
+      for (int i = 0; i < V; ++i) out.v[i] = Convert<T>::from_acc(v[i]);
+      return out;
+    }
+  }
+};
+
+// Statistic `stat`'s mean and sum of squared deviations from it, where asked.
+template <typename A> __device__ __forceinline__ void write_stat(const Grouping<A>& g, int64_t stat, A mean, A m2) {
+  if (g.stats != nullptr) {
+    g.stats[2 * stat] = mean;
+    g.stats[2 * stat + 1] = m2;
+  }
 }
 
 }  // namespace normscan

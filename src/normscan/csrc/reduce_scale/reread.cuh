@@ -9,7 +9,8 @@
 //   the block each) p, p + parts, p + 2 parts, ..., so that the blocks at work read
 //   neighbouring tiles, and writes its statistic. The second scales spans of contiguous
 //   vectors, one block each, the last first (the last read, in L2), each combining its
-//   row's statistics in the same order (the same bits). Part and span 0 also take the row's
+//   row's statistics in the same order (the same bits): where rows share a statistic
+//   (batch_norm's), every part of every such row. Part and span 0 also take the row's
 //   unaligned edges.
 // A max-shifted op keeps a running maximum with its sum, rescaling the sum when the maximum
 // grows (once per kRereadUnroll vectors), so it too reads x twice; a centered op merges each
@@ -91,18 +92,31 @@ __device__ __forceinline__ RowScale<A> row_scale(RowStat<Op, A> stat, int64_t n,
   else return RowScale<A>{Op::scale(stat, n, eps), A(0)};
 }
 
+// Rows whose statistics merge (a grouped op's stat_groups; every row its own otherwise):
+// row r's statistic is that of rows r % groups, r % groups + groups, ...
+template <typename Op, typename T> __device__ __forceinline__ int64_t stat_groups(const ArgsFor<T, Op>& a) {
+  if constexpr (Op::kGrouped) return a.grouping.stat_groups;
+  else return a.view.outer;
+}
+
 // A row as these kernels walk it: whole V-element vectors from xb / yb, and fewer than
 // 2 * V unaligned edge elements (head, then tail), edge e being thread e's.
 template <typename T, int V> struct RereadRow {
   const T* xr;
   T* yr;
+  const T* pilot_x;  // the first element of the first row of this row's statistic
   RowSplit s;
-  __device__ __forceinline__ RereadRow(const ReduceScaleArgs<T>& a, int64_t row)
-      : xr(a.x + row * a.view.x_so), yr(a.y + row * a.view.y_so), s(split_row<T, V>(xr, a.view.length)) {}
-  // A centered op's statistics are of x less the row's first element: its mean then loses
-  // no digits to the mean's own size (as the rows kernel's).
+  template <typename Op>
+  __device__ __forceinline__ RereadRow(const ArgsFor<T, Op>& a, int64_t row, Op)
+      : xr(a.x + row * a.view.x_so),
+        yr(a.y + row * a.view.y_so),
+        pilot_x(Op::kGrouped ? a.x + row % stat_groups<Op, T>(a) * a.view.x_so : xr),
+        s(split_row<T, V>(xr, a.view.length)) {}
+  // A centered op's statistics are of x less the row's first element (of its statistic's
+  // first row, where rows share one): its mean then loses no digits to the mean's own size
+  // (as the rows kernel's), and partial statistics of several rows merge.
   template <typename Op> __device__ __forceinline__ acc_t<T> pilot() const {
-    return Op::kCentered ? Convert<T>::to_acc(xr[0]) : acc_t<T>(0);
+    return Op::kCentered ? Convert<T>::to_acc(pilot_x[0]) : acc_t<T>(0);
   }
   template <typename Op> __device__ __forceinline__ RowAccumulator<Op, acc_t<T>> accumulator() const {
     RowAccumulator<Op, acc_t<T>> acc;
@@ -119,8 +133,11 @@ template <typename T, int V> struct RereadRow {
     const acc_t<T> e[1] = {Convert<T>::to_acc(xr[edge_at()])};
     acc.add(e, 1);
   }
-  template <typename Op> __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const T* w, const T* b) const {
-    yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, w, b, edge_at());
+  template <typename Op>
+  __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const ArgsFor<T, Op>& a, int64_t row) const {
+    if constexpr (Op::kGrouped)
+      yr[edge_at()] = ChannelRow<T, true>::at(a, row).template scale<Op>(xr[edge_at()], rs.scale, rs.shift, edge_at());
+    else yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, a.w, a.b, edge_at());
   }
 
   // Adds vectors [begin, end) to acc, BLOCK threads a stride.
@@ -143,11 +160,15 @@ template <typename T, int V> struct RereadRow {
     }
   }
 
-  // Scales vectors [begin, end) into y, walking backwards.
+  // Scales vectors [begin, end) of row `row` into y, walking backwards.
   template <int BLOCK, typename Op>
-  __device__ __forceinline__ void scale_vectors(int64_t begin, int64_t end, RowScale<acc_t<T>> rs, const T* w,
-                                                const T* b) const {
+  __device__ __forceinline__ void scale_vectors(int64_t begin, int64_t end, RowScale<acc_t<T>> rs,
+                                                const ArgsFor<T, Op>& a, int64_t row) const {
     constexpr int U = kRereadUnroll;
+    const ChannelRow<T, true> ch = [&] {  // a grouped op's weight and bias
+      if constexpr (Op::kGrouped) return ChannelRow<T, true>::at(a, row);
+      else return ChannelRow<T, true>{};
+    }();
     const T* xb = xr + s.head;
     T* yb = yr + s.head;
     for (int64_t j = end - 1 - threadIdx.x; j >= begin; j -= int64_t(BLOCK) * U) {
@@ -160,8 +181,12 @@ template <typename T, int V> struct RereadRow {
         if (j - u * BLOCK >= begin) {
           const int64_t l = s.head + (j - u * BLOCK) * V;
           Vec<T, V> out;
+          if constexpr (Op::kGrouped) {
+            out = ch.template scale<Op>(v[u], rs.scale, rs.shift, l);
+          } else {
 #pragma unroll
-          for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], rs.scale, rs.shift, w, b, l + i);
+            for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], rs.scale, rs.shift, a.w, a.b, l + i);
+          }
           store_vec<T, V>(yb + (j - u * BLOCK) * V, out);
         }
     }
@@ -176,20 +201,23 @@ template <typename T, typename Op> constexpr int reread_min_blocks() {
 }
 
 template <typename T, typename Op, int BLOCK, int V>
-__global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scale_reread_kernel(ReduceScaleArgs<T> a) {
+__global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scale_reread_kernel(ArgsFor<T, Op> a) {
   using A = acc_t<T>;
   __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
   const WarpPlace me = WarpPlace::of_thread();
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x, parity ^= 1) {
-    const RereadRow<T, V> r(a, row);
+    const RereadRow<T, V> r(a, row, Op{});
     auto acc = r.template accumulator<Op>();
     if (r.has_edge()) r.add_edge(acc);
     r.template add_vectors<BLOCK>(0, r.s.nvec, acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, acc.pilot);
-    if (r.has_edge()) r.template scale_edge<Op>(rs, a.w, a.b);
-    r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a.w, a.b);
+    if constexpr (Op::kGrouped) {
+      if (threadIdx.x == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
+    }
+    if (r.has_edge()) r.template scale_edge<Op>(rs, a, row);
+    r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a, row);
   }
 }
 
@@ -202,7 +230,7 @@ template <int BLOCK> constexpr int64_t kRereadTile = int64_t(BLOCK) * kRereadUnr
 
 template <typename T, typename Op, int BLOCK, int V>
 __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
-    reduce_scale_split_sum_kernel(ReduceScaleArgs<T> a, RowSplitting c, RowStat<Op, acc_t<T>>* stats) {
+    reduce_scale_split_sum_kernel(ArgsFor<T, Op> a, RowSplitting c, RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
   constexpr int64_t TILE = kRereadTile<BLOCK>;
   __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
@@ -210,7 +238,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
   int parity = 0;
   for (int64_t u = blockIdx.x; u < a.view.outer * c.parts; u += gridDim.x, parity ^= 1) {
     const int64_t part = u % c.parts;
-    const RereadRow<T, V> r(a, u / c.parts);
+    const RereadRow<T, V> r(a, u / c.parts, Op{});
     auto acc = r.template accumulator<Op>();
     if (part == 0 && r.has_edge()) r.add_edge(acc);
     for (int64_t t = part; t * TILE < r.s.nvec; t += c.parts)
@@ -222,7 +250,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
 
 template <typename T, typename Op, int BLOCK, int V>
 __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
-    reduce_scale_split_scale_kernel(ReduceScaleArgs<T> a, RowSplitting c, const RowStat<Op, acc_t<T>>* stats) {
+    reduce_scale_split_scale_kernel(ArgsFor<T, Op> a, RowSplitting c, const RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
   __shared__ Stat warp_stat[2][BLOCK / 32];
@@ -231,13 +259,20 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
   const int64_t units = a.view.outer * c.spans;
   for (int64_t i = blockIdx.x; i < units; i += gridDim.x, parity ^= 1) {
     const int64_t u = units - 1 - i, row = u / c.spans, span = u % c.spans;
+    // The parts of every row of the statistic (rows row % groups + m * groups), in one order.
+    const int64_t groups = stat_groups<Op, T>(a), first = row % groups, count = a.view.outer / groups * c.parts;
     Stat stat = RowStatOp<Op>::template identity<Stat>();
-    for (int64_t k = threadIdx.x; k < c.parts; k += BLOCK) stat = RowStatOp<Op>::apply(stat, stats[row * c.parts + k]);
+    for (int64_t k = threadIdx.x; k < count; k += BLOCK)
+      stat = RowStatOp<Op>::apply(stat, stats[(first + k / c.parts * groups) * c.parts + k % c.parts]);
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
-    const RereadRow<T, V> r(a, row);
-    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, r.template pilot<Op>());
-    if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a.w, a.b);
-    r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a.w, a.b);
+    const RereadRow<T, V> r(a, row, Op{});
+    const int64_t n = a.view.length * (a.view.outer / groups);
+    const RowScale<A> rs = row_scale<Op, A>(stat, n, a.eps, r.template pilot<Op>());
+    if constexpr (Op::kGrouped) {
+      if (threadIdx.x == 0 && row < groups && span == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
+    }
+    if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a, row);
+    r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a, row);
   }
 }
 

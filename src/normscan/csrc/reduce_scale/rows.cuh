@@ -39,7 +39,7 @@ template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false, b
 };
 
 template <typename T, typename Op, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_rows_kernel(ReduceScaleArgs<T> a) {
+__global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_rows_kernel(ArgsFor<T, Op> a) {
   constexpr int BLOCK = Cfg::kBlock, TPR = Cfg::kThreadsPerRow, NV = Cfg::kRegVecs, SNV = Cfg::kSmemVecs;
   constexpr bool CLUSTER = Cfg::kCluster, PIPELINE = Cfg::kPipeline;
   using A = acc_t<T>;
@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
 
   // This thread's share of the row group starting at `base`.
   struct Share {
+    int64_t row;
     const T* x;    // row start
     T* y;
     int body;      // first element of this block's aligned body
@@ -90,6 +91,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     Share p;
     const int64_t row = base + group;
     const bool active = row < a.view.outer;
+    p.row = row;
     p.x = a.x + (active ? row : 0) * a.view.x_so;
     p.y = a.y + (active ? row : 0) * a.view.y_so;
     const RowSplit s = split_row<T, V>(p.x, a.view.length);
@@ -210,13 +212,24 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       if (csize > 1) sum = cluster_sum(sum, &cta_part[buf], csize);
 #endif
     }
+    if constexpr (Op::kGrouped) {
+      if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a.grouping, cur.row, shift, sum);
+    }
     const A scale = Op::scale(sum, a.view.length, a.eps);
+    const ChannelRow<T> ch = [&] {  // a grouped op's weight and bias (only theirs: the others' code stays)
+      if constexpr (Op::kGrouped) return ChannelRow<T>::at(a, cur.row);
+      else return ChannelRow<T>{};
+    }();
     const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
     const bool b_vec = b != nullptr && reinterpret_cast<uintptr_t>(b + cur.body) % 16 == 0;
     // The weight is tested once a vector, not once an element, and 16-bit results are
     // rounded two to an instruction (fewer instructions a row: NOTES.md). W_AHEAD is written
     // so that kernels without it keep their code.
     auto scale_store = [&](const VT& x, int l, int k) {
+      if constexpr (Op::kGrouped) {
+        store_vec<T, V, L2_LAST>(cur.y + l, ch.template scale<Op>(x, scale, shift, l));
+        return;
+      }
       A v[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
@@ -253,7 +266,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     if (CLUSTER || cur.edge_count > 0) {
 #pragma unroll
       for (int i = 0; i < V; ++i)
-        if (i < cur.edge_count) cur.y[cur.edge_start + i] = scale_one<Op>(edge.v[i], scale, shift, w, b, cur.edge_start + i);
+        if (i < cur.edge_count) {
+          const int l = cur.edge_start + i;
+          if constexpr (Op::kGrouped) cur.y[l] = ch.template scale<Op>(edge.v[i], scale, shift, l);
+          else cur.y[l] = scale_one<Op>(edge.v[i], scale, shift, w, b, l);
+        }
     }
   }
 #ifdef NORMSCAN_CLUSTERS

@@ -1,5 +1,6 @@
 // Strided reduce-then-scale (inner > 1): y = apply(x, scale(sum over each column)) [* w] [+ b],
-// the reduced dim strided, threads along inner (coalesced); a max-shifted op (softmax)
+// the reduced dim strided, threads along inner (coalesced); w and b by position along the
+// column (by the column's channel for a grouped op); a max-shifted op (softmax)
 // reduces each column's maximum first, then its sum of exp(x - maximum), a centered one
 // (layer_norm) its sum first (the mean), then its squared deviations.
 //
@@ -39,7 +40,7 @@ template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB> st
 
 template <typename T, typename Op, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_strided_kernel(
-    ReduceScaleArgs<T> a) {
+    ArgsFor<T, Op> a) {
   constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems, CPT = Cfg::kCpt, VI = Cfg::kVi;
   constexpr bool IN_REGS = Cfg::kInRegs;
   using A = acc_t<T>;
@@ -222,10 +223,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
       A scale[VI];
 #pragma unroll
       for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum.v[c][v], a.view.length, a.eps);
+      // A grouped op's columns are its channels (the dispatcher's condition: inner ==
+      // groups, span == length), each with its own statistic.
+      if constexpr (Op::kGrouped) {
+        if (ty == 0 && crank == 0) {
+#pragma unroll
+          for (int v = 0; v < VI; ++v) write_stat(a.grouping, o * a.view.inner + i + v, shift.v[c][v], sum.v[c][v]);
+        }
+      }
       auto scale_vec = [&](const VT& x, int64_t l) {
         VT out;
 #pragma unroll
-        for (int v = 0; v < VI; ++v) out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, a.b, l);
+        for (int v = 0; v < VI; ++v)
+          out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, a.b, Op::kGrouped ? i + v : l);
         return out;
       };
       T* q = a.y + o * a.view.y_so + i * a.view.y_si + (l0 + ty) * a.view.y_sl;

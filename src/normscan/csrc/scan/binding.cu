@@ -3,16 +3,26 @@
 #include "../binding.cuh"
 #include "dispatch.cuh"
 
-void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive) {
+void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,
+          const std::optional<at::Tensor>& mask) {
   using namespace normscan;
   const View v = checked_view(x, y, view);
+  if (mask) {
+    TORCH_CHECK(mask->scalar_type() == at::kBool && mask->device() == x.device(),
+                "normscan: mask must be a bool tensor on x's device");
+    check_reach(*mask, v.x_so, v.x_sl, v.x_si, v, "mask");
+  }
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::scan", [&] {
     using T = cuda_t<scalar_t>;
-    const ScanArgs<T> a{data<T>(x), mutable_data<T>(y), v, reverse, exclusive};
+    const ScanArgs<T> a{data<T>(x), mutable_data<T>(y), v, reverse, exclusive,
+                        mask ? static_cast<const uint8_t*>(mask->const_data_ptr()) : nullptr};
     const bool known = with_scan_op(op, [&](auto functor) {
-      check_cuda(launch_scan<T, decltype(functor)>(a, stream, Workspace(x)), "scan");
+      using Op = decltype(functor);
+      TORCH_CHECK(kMasked<Op> == mask.has_value(), "normscan: scan op ", num(op),
+                  kMasked<Op> ? " needs a mask" : " takes no mask: mask must be None");
+      check_cuda(launch_scan<T, Op>(a, stream, Workspace(x)), "scan");
     });
     TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
   });

@@ -19,13 +19,22 @@ inline cudaError_t launch_scan_strided(const ScanArgs<T>& a, cudaStream_t stream
                                                            stream, a);
 }
 
+// Whether a masked op's mask bytes of each n-element vector of x lie n-byte aligned (x's
+// element offsets and the mask's byte offsets agree modulo n); true for others.
+template <typename T, typename Op>
+inline bool mask_vectors(const ScanArgs<T>& a, int n) {
+  if constexpr (!kMasked<Op>) return true;
+  const auto x_elements = reinterpret_cast<uintptr_t>(a.x) / sizeof(T);
+  return (reinterpret_cast<uintptr_t>(a.mask) % n + n - x_elements % n) % n == 0;
+}
+
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
 // plan: enough rows to fill the device, rows of one chunk, or too few elements.
-template <typename T>
+template <typename T, typename Op>
 inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
   constexpr int64_t chunk = ScanRowsLarge::kChunkVecs * vec16<T>();
   const View& v = a.view;
-  if (!v.rows() || !v.rows_share_alignment(a.x, a.y)) return 0;
+  if (!v.rows() || !v.rows_share_alignment(a.x, a.y) || !mask_vectors<T, Op>(a, vec16<T>())) return 0;
   if (v.outer >= int64_t(kLookbackMaxRowsPerSm) * sms || v.length <= chunk || v.outer * v.length < kLookbackMinElements)
     return 0;
   const int64_t nvec = v.length / vec16<T>();  // whole vectors in the best-aligned row
@@ -43,7 +52,7 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, cudaStream_t stream, Alloc&
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
   if (a.view.rows()) {
-    const int64_t tiles_per_row = scan_lookback_tiles_per_row(a, d.sms);
+    const int64_t tiles_per_row = scan_lookback_tiles_per_row<T, Op>(a, d.sms);
     if (tiles_per_row > 0) {
       const int64_t tiles = a.view.outer * tiles_per_row;
       if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
@@ -56,7 +65,7 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, cudaStream_t stream, Alloc&
           Grid::Persistent, dim3(ScanLookback::kBlock), 1, tiles, ScanLookback::kSmemBytes, stream, a, st,
           tiles_per_row);
     }
-    if (a.view.rows_share_alignment(a.x, a.y)) {
+    if (a.view.rows_share_alignment(a.x, a.y) && mask_vectors<T, Op>(a, V)) {
       const int64_t nvec = a.view.length / V;
       if (nvec <= ScanRowsSmall::kChunkVecs) return launch_scan_rows<T, Op, V, ScanRowsSmall>(a, stream);
       if (nvec <= ScanRowsMedium::kChunkVecs) return launch_scan_rows<T, Op, V, ScanRowsMedium>(a, stream);
@@ -64,7 +73,8 @@ inline cudaError_t launch_scan(const ScanArgs<T>& a, cudaStream_t stream, Alloc&
     }
     return launch_scan_rows<T, Op, 1, ScanRowsLarge>(a, stream);
   }
-  if (a.view.inner_vectorizable(a.x, a.y, V)) return launch_scan_strided<T, Op, ScanStridedVec, V>(a, stream);
+  if (a.view.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V))
+    return launch_scan_strided<T, Op, ScanStridedVec, V>(a, stream);
   return launch_scan_strided<T, Op, ScanStrided, 1>(a, stream);
 }
 

@@ -30,7 +30,7 @@ template <int BLOCK, int NV, int MINB, int64_t ENTRY> struct ScanLookbackConfig 
 };
 
 template <typename T, typename Op, int V, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
+__global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks)))
     scan_lookback_kernel(ScanArgs<T> a, typename Cfg::template State<scan_acc_t<T>> st, int64_t tiles_per_row) {
   constexpr int NV = Cfg::kVecs;
   using A = scan_acc_t<T>;
@@ -50,21 +50,19 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
   extern __shared__ uint4 slots[];  // buffer b, vector k of data thread d at [(b * NV + k) * DATA + d]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
   const int64_t tiles = a.view.outer * tiles_per_row;
-  auto row_of = [&](int64_t tile) {
-    const int64_t row = tile / tiles_per_row;
-    return ScanRow<T, V>(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse);
-  };
+  using Row = ScanRow<T, V, kMasked<Op>>;
+  auto row_of = [&](int64_t tile) { return Row::of(a, tile / tiles_per_row); };
   // Data thread d's vector k, warp-striped: data warp w holds [w * 32 * NV, (w + 1) * 32 * NV).
   auto vindex = [&](int64_t first, int k) { return first + (warp - 1) * 32 * NV + k * 32 + lane; };
-  auto held = [&](const ScanRow<T, V>& r, int b, int k) {  // in scan order
+  auto held = [&](const Row& r, int b, int k) {  // in scan order
     VT v = *reinterpret_cast<const VT*>(&slots[(b * NV + k) * DATA + d]);
-    if (r.reverse) ScanRow<T, V>::flip(&v);
+    if (r.reverse) Row::flip(&v);
     return v;
   };
   // Data warps: start copying `tile` into buffer b.
   auto stage = [&](int64_t tile, int b) {
     if (tile >= tiles) return;
-    const ScanRow<T, V> r = row_of(tile);
+    const Row r = row_of(tile);
     const int64_t first = (tile % tiles_per_row) * VECS, end = min(r.s.nvec, first + VECS);
 #pragma unroll
     for (int k = 0; k < NV; ++k)
@@ -74,9 +72,17 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
   // for a row's first tile) and take the next ticket into s_ticket[next].
   unsigned phase = 0;
   auto take_in = [&](int64_t tile, int b, int set, int next) {
-    const ScanRow<T, V> r = row_of(tile);
+    const Row r = row_of(tile);
     const int64_t c_idx = tile % tiles_per_row, first = c_idx * VECS, end = min(r.s.nvec, first + VECS);
     cp_async_wait_all();  // only this tile's copies are in flight; each thread reads its own
+    if constexpr (kMasked<Op>) {  // x times its mask, in place: scan_out reads the slots again
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (vindex(first, k) < end) {
+          VT* slot = reinterpret_cast<VT*>(&slots[(b * NV + k) * DATA + d]);
+          *slot = masked(*slot, r.m + r.vec_start(vindex(first, k)));
+        }
+    }
     A mine = Op::template identity<A>();
 #pragma unroll
     for (int k = 0; k < NV; ++k)
@@ -133,7 +139,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
   };
   // Data warps: scan buffer b's tile from its prefix and store it.
   auto scan_out = [&](int64_t tile, int b, int set) {
-    const ScanRow<T, V> r = row_of(tile);
+    const Row r = row_of(tile);
     const int64_t c_idx = tile % tiles_per_row, first = c_idx * VECS, end = min(r.s.nvec, first + VECS);
     const A carry = Op::apply(s_prefix[b], s_front[b]);
     A run = carry, total = Op::template identity<A>();

@@ -8,6 +8,8 @@
 // fp64 it is one final rounding.
 #pragma once
 
+#include <type_traits>
+
 #include "../device/reduce.cuh"
 #include "../device/view.cuh"
 
@@ -19,12 +21,30 @@ template <typename T> struct ScanArgs {
   View view;
   bool reverse;    // scan from the last element to the first
   bool exclusive;  // y[i] combines x[0..i) instead of x[0..i]
+  const uint8_t* mask = nullptr;  // a masked op's bool mask, one byte an element, with x's strides
 };
+
+// The sum of x * mask (masked_cumsum): a bool mask read as bytes, x times 1 or 0 as PyTorch's
+// x * mask gives it (inf and NaN times 0 are NaN), never materialised.
+struct MaskedSumOp : SumOp {};
+template <typename Op> constexpr bool kMasked = std::is_same<Op, MaskedSumOp>::value;
+
+// The resident blocks a SM a scan kernel asks of the compiler: half for masked scans but of
+// fp32 on sm_90 (KernelBench 93's), whose mask pointer and byte unpacking spilled 8-48 bytes
+// at the unmasked counts (16-bit and double rows and strided columns, fp32 rows on sm_80).
+template <typename T, typename Op> constexpr int scan_min_blocks(int asked) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  constexpr bool kWide = kMasked<Op>;
+#else
+  constexpr bool kWide = kMasked<Op> && sizeof(T) != 4;
+#endif
+  return kWide ? (asked + 1) / 2 : asked;
+}
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
 // against this list by tests/test_registry.py.
 #ifndef NORMSCAN_SCAN_OPS  // an exported KernelBench file lists its one op itself
-#define NORMSCAN_SCAN_OPS(X) X(0, ProdOp) X(1, SumOp)
+#define NORMSCAN_SCAN_OPS(X) X(0, ProdOp) X(1, SumOp) X(2, MaskedSumOp)
 #endif
 
 NORMSCAN_OP_VISITOR(with_scan_op, NORMSCAN_SCAN_OPS)
@@ -37,6 +57,19 @@ template <typename T>
 __device__ __forceinline__ scan_acc_t<T> to_scan(T v) { return static_cast<scan_acc_t<T>>(Convert<T>::to_acc(v)); }
 template <typename T>
 __device__ __forceinline__ T from_scan(scan_acc_t<T> v) { return Convert<T>::from_acc(static_cast<acc_t<T>>(v)); }
+
+// x times its mask byte (1 or 0), exact in T: the value x * mask has in PyTorch.
+template <typename T> __device__ __forceinline__ T masked(T v, uint8_t m) {
+  return Convert<T>::from_acc(Convert<T>::to_acc(v) * acc_t<T>(m != 0));
+}
+// A vector's N values times their N mask bytes from m (aligned to N bytes: the dispatcher's
+// condition for vectors).
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> masked(Vec<T, N> v, const uint8_t* m) {
+  const Vec<uint8_t, N> bytes = *reinterpret_cast<const Vec<uint8_t, N>*>(m);
+#pragma unroll
+  for (int i = 0; i < N; ++i) v.v[i] = masked(v.v[i], bytes.v[i]);
+  return v;
+}
 
 // All N values of a vector combined, in the running value's type.
 template <typename Op, typename T, int N>

@@ -11,16 +11,23 @@ namespace normscan {
 
 // A contiguous row in scan order. Physically the row is [head | nvec vectors | tail]; in
 // scan order it is [front | body vectors 0..nvec-1 | back], with front/back swapped and
-// every vector read backwards when the scan runs in reverse.
-template <typename T, int V> struct ScanRow {
+// every vector read backwards when the scan runs in reverse. MASKED: x is read times the
+// row's mask bytes m (laid out as x: m[i] is x[i]'s).
+template <typename T, int V, bool MASKED = false> struct ScanRow {
   const T* x;
   T* y;
   int64_t n;
   RowSplit s;
   bool reverse;
+  const uint8_t* m;
 
-  __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_)
-      : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_) {}
+  __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_, const uint8_t* m_ = nullptr)
+      : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_), m(m_) {}
+  // Row `row` of a scan's view (its mask's row too, where masked).
+  static __device__ __forceinline__ ScanRow of(const ScanArgs<T>& a, int64_t row) {
+    return ScanRow(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse,
+                   MASKED ? a.mask + row * a.view.x_so : nullptr);
+  }
   __device__ __forceinline__ int64_t front() const { return reverse ? s.tail : s.head; }
   __device__ __forceinline__ int64_t back() const { return reverse ? s.head : s.tail; }
   // Physical index of the e-th element in scan order.
@@ -31,6 +38,7 @@ template <typename T, int V> struct ScanRow {
   __device__ __forceinline__ const T* vec_ptr(int64_t j) const { return x + vec_start(j); }
   __device__ __forceinline__ Vec<T, V> load(int64_t j) const {
     Vec<T, V> v = load_vec<T, V>(vec_ptr(j));
+    if constexpr (MASKED) v = masked(v, m + vec_start(j));
     if (reverse) flip(&v);
     return v;
   }
@@ -61,7 +69,7 @@ template <typename T, int V> struct ScanRow {
   // to other machine code (the rest did not), and this form is the one measured.
   template <typename Op>
   __device__ __forceinline__ scan_acc_t<T> scan_one(int64_t p, scan_acc_t<T> run, bool exclusive, bool writer) const {
-    const scan_acc_t<T> v = to_scan<T>(x[p]);
+    const scan_acc_t<T> v = to_scan<T>(MASKED ? masked(x[p], m[p]) : x[p]);
     if (exclusive && writer) y[p] = from_scan<T>(run);
     run = Op::apply(run, v);
     if (!exclusive && writer) y[p] = from_scan<T>(run);
@@ -84,7 +92,7 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
   __device__ __forceinline__ static int64_t index(int64_t first, int k) {
     return first + (threadIdx.x / 32) * 32 * NV + k * 32 + threadIdx.x % 32;
   }
-  __device__ __forceinline__ void load(const ScanRow<T, V>& r, int64_t first, int64_t end) {
+  template <typename Row> __device__ __forceinline__ void load(const Row& r, int64_t first, int64_t end) {
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (index(first, k) < end) buf[k] = r.load(index(first, k));
@@ -108,8 +116,8 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
   __device__ __forceinline__ void scan_block(A* totals) {
     warp_prefix = block_exclusive_scan_warps<Op, WARPS>(warp_total, totals, &total);
   }
-  __device__ __forceinline__ void store(const ScanRow<T, V>& r, int64_t first, int64_t end, A carry,
-                                        bool exclusive) {
+  template <typename Row>
+  __device__ __forceinline__ void store(const Row& r, int64_t first, int64_t end, A carry, bool exclusive) {
     const A base = Op::apply(carry, warp_prefix);
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -130,13 +138,13 @@ template <int BLOCK, int NV, int MINB> struct ScanRowsConfig {
 };
 
 template <typename T, typename Op, int V, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) scan_rows_kernel(ScanArgs<T> a) {
+__global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_rows_kernel(ScanArgs<T> a) {
   using A = scan_acc_t<T>;
   using Chunk = ScanChunk<T, Op, V, Cfg::kBlock, Cfg::kVecs>;
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x) {
-    const ScanRow<T, V> r(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse);
+    const auto r = ScanRow<T, V, kMasked<Op>>::of(a, row);
     A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, threadIdx.x == 0);
     for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
       Chunk c;
