@@ -129,4 +129,4 @@ def update_running(running_mean: torch.Tensor | None, running_var: torch.Tensor 
             if not across_batch:
                 old = old.repeat(n)
             new = momentum * batch + (1 - momentum) * old
-            running.copy_(new if across_batch else new.view(n, -1).mean(0))
+            running.copy_(new if across_batch else new.view(n, running.shape[0]).mean(0))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import numbers
 import operator
 import re
@@ -217,11 +218,7 @@ def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0
 
 def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, exclusive: bool = False,
                  mask=None) -> None:
-    # The kernels read the mask along x's view: a mask laid out otherwise (broadcast, say) is
-    # copied into x's layout first.
-    if mask is not None and any(m != s for n, m, s in zip(x.shape, mask.stride(), x.stride()) if n > 1):
-        mask = torch.empty_strided(x.shape, x.stride(), dtype=torch.bool, device=x.device).copy_(mask)
-    ext.scan(x, y, op, fields, reverse, exclusive, mask)
+    ext.scan(x, y, op, fields, reverse, exclusive, mask)  # a mask laid out as x (OpSpec._launch_dim)
 
 
 @dataclass(frozen=True)
@@ -448,8 +445,16 @@ class OpSpec:
 
     def _launch_dim(self, x: torch.Tensor, dim: int | None, args, out: torch.Tensor | None) -> torch.Tensor:
         x, y, v = view.prepare(x, dim, out)
+        given = dict(zip(self.params, args))
+        if given.get("mask") is not None:
+            # The kernels read the mask along x's view: laid out as x (a copy where it is not:
+            # broadcast, say), and x one that no two elements share (an expanded x is copied).
+            if view.overlaps(x):
+                x = x.contiguous()
+                v = view.fold(x, y, dim)
+            given["mask"] = view.laid_out_as(given["mask"], x)
         if y.numel():
-            self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **dict(zip(self.params, args)))
+            self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **given)
         return y
 
     def _launch_grouped(self, x: torch.Tensor, dim, args, out: torch.Tensor | None) -> tuple:
@@ -462,6 +467,9 @@ class OpSpec:
         across = self.region == "batch"
         groups = x.shape[1] if dim is None else dim
         y = view.output_like(x) if out is None else out
+        stats = grouped.stats_like(x, groups, across) if self.has_stats else None
+        if not y.numel():  # nothing to read: the statistics of nothing
+            return y, None if stats is None else stats.fill_(math.nan)
         p = grouped.plan(x, y, groups, across)
         if p is None:  # the one copy: a layout whose statistics are not one view
             x = x.contiguous()
@@ -470,11 +478,9 @@ class OpSpec:
             if p is None:
                 raise ValueError(f"normscan.{self.name}: out (strides {y.stride()}) takes no grouped view; pass an "
                                  "out laid out as output_like(x)")
-        stats = grouped.stats_like(x, groups, across) if self.has_stats else None
-        if y.numel():
-            kwargs = {n: given[n] for n in ("weight", "bias", "eps")}
-            self.family.launch(_build.load(self.family.name), p.x3, p.y3, self.op_id, p.view, grouping=p.grouping,
-                               stats=stats, **kwargs)
+        kwargs = {n: given[n] for n in ("weight", "bias", "eps")}
+        self.family.launch(_build.load(self.family.name), p.x3, p.y3, self.op_id, p.view, grouping=p.grouping,
+                           stats=stats, **kwargs)
         return y, stats
 
     def launch_checked(self, *inputs):

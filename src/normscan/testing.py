@@ -473,6 +473,9 @@ def check(case: Case, device: str = "cuda") -> Result:
         idx = torch.unique(torch.cat([torch.tensor([0, n - 1]), torch.randint(0, n, (count,))])).to(device)
         if spec.whole:  # every element makes each output: the reference of the whole, then sampled
             ref = spec.expression(x.double(), dim, *_args(case, wide)).index_select(sdim, idx)
+        # and the op's other inputs of x's shape (a mask)
+        params, wide = ({k: t.index_select(sdim, idx) if t.shape == x.shape else t for k, t in d.items()}
+                        for d in (params, wide))
         x, y = x.index_select(sdim, idx), y.index_select(sdim, idx)
         detail = f"checked {len(idx)} slices of dim {sdim}; all written"
     if ref is None:

@@ -38,6 +38,24 @@ def is_dense(x: torch.Tensor) -> bool:
     return True
 
 
+def overlaps(x: torch.Tensor) -> bool:
+    """Whether two of x's elements share memory (an expanded dim, say)."""
+    reach = 0  # the furthest element offset the dims taken so far reach
+    for size, stride in sorted(((s, st) for s, st in zip(x.shape, x.stride()) if s > 1), key=lambda p: p[1]):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+def laid_out_as(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """t (of x's shape) with x's strides, which must not overlap: t where they agree (dims of
+    one element aside), else a copy into them."""
+    if all(a == b for n, a, b in zip(x.shape, t.stride(), x.stride()) if n > 1):
+        return t
+    return torch.empty_strided(x.shape, x.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
 def output_like(x: torch.Tensor) -> torch.Tensor:
     """The output buffer: x's own layout when x is dense (as PyTorch's ops do), else contiguous."""
     if x.is_contiguous() or is_dense(x):

@@ -259,17 +259,21 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
   const int64_t units = a.view.outer * c.spans;
   for (int64_t i = blockIdx.x; i < units; i += gridDim.x, parity ^= 1) {
     const int64_t u = units - 1 - i, row = u / c.spans, span = u % c.spans;
-    // The parts of every row of the statistic (rows row % groups + m * groups), in one order.
-    const int64_t groups = stat_groups<Op, T>(a), first = row % groups, count = a.view.outer / groups * c.parts;
     Stat stat = RowStatOp<Op>::template identity<Stat>();
-    for (int64_t k = threadIdx.x; k < count; k += BLOCK)
-      stat = RowStatOp<Op>::apply(stat, stats[(first + k / c.parts * groups) * c.parts + k % c.parts]);
+    int64_t n = a.view.length;  // the statistic's elements
+    if constexpr (Op::kGrouped) {  // the parts of every row of the statistic (rows row % groups + m groups), in one order
+      const int64_t groups = a.grouping.stat_groups, first = row % groups, count = a.view.outer / groups * c.parts;
+      for (int64_t k = threadIdx.x; k < count; k += BLOCK)
+        stat = RowStatOp<Op>::apply(stat, stats[(first + k / c.parts * groups) * c.parts + k % c.parts]);
+      n *= a.view.outer / groups;
+    } else {  // the others' kernels as they were (the division above is not free)
+      for (int64_t k = threadIdx.x; k < c.parts; k += BLOCK) stat = RowStatOp<Op>::apply(stat, stats[row * c.parts + k]);
+    }
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
     const RereadRow<T, V> r(a, row, Op{});
-    const int64_t n = a.view.length * (a.view.outer / groups);
     const RowScale<A> rs = row_scale<Op, A>(stat, n, a.eps, r.template pilot<Op>());
     if constexpr (Op::kGrouped) {
-      if (threadIdx.x == 0 && row < groups && span == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
+      if (threadIdx.x == 0 && row < a.grouping.stat_groups && span == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
     }
     if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a, row);
     r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a, row);

@@ -77,7 +77,9 @@ constexpr int64_t kSplitMinTiles = 4;
 inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident) {
   const int64_t tile = kRereadTile<kRereadBlock>, span = tile * NORMSCAN_SPLIT_SPAN_TILES;
   const int64_t parts = rows >= resident ? 1 : min64(resident / rows, ceil_div(nvec, tile) / kSplitMinTiles);
-  return RowSplitting{parts > 1 ? parts : 1, ceil_div(nvec, span), span};
+  // One span at least: span 0 also scales the row's edges (rows shorter than a vector that
+  // share statistics, batch_norm's, are split too).
+  return RowSplitting{parts > 1 ? parts : 1, nvec > 0 ? ceil_div(nvec, span) : 1, span};
 }
 
 // ---------------------------------------------------------------- strided (inner > 1)
