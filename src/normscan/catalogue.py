@@ -104,8 +104,10 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
            with_peers: bool = False, mode: str = "forward") -> Entry:
     kwargs = dict(kwargs or {})
 
+    w_name = "mask" if spec.takes("mask") else "weight"  # what `w` is (timing.Entry.w_name)
+
     def eager(x, w):
-        return spec.expression(x, dim, *spec.args(dict(kwargs, weight=w)))
+        return spec.expression(x, dim, *spec.args(dict(kwargs, **{w_name: w})))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))
