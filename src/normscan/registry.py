@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 
 from . import _build, grouped, reference, view
+from .view import View  # the launchers' annotation, as the exported files define it
 from . import backward as backward_impl  # the module (OpSpec.backward is autograd's hook)
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -210,13 +211,13 @@ DIFFERENTIABLE = ("weight", "bias")  # the tensor arguments that get gradients
 
 
 # ---------------------------------------------------------------- families
-def _launch_reduce_scale(ext, x, y, op: int, fields: view.View, eps: float = 0.0, weight=None, dtype=None,
+def _launch_reduce_scale(ext, x, y, op: int, fields: View, eps: float = 0.0, weight=None, dtype=None,
                         bias=None, grouping=(), stats=None) -> None:
     flat = [None if t is None else t.view(-1) for t in (weight, bias)]  # layer_norm's are normalized_shape
     ext.reduce_scale(x, y, *flat, op, fields, eps, grouping, stats)
 
 
-def _launch_scan(ext, x, y, op: int, fields: view.View, reverse: bool = False, exclusive: bool = False,
+def _launch_scan(ext, x, y, op: int, fields: View, reverse: bool = False, exclusive: bool = False,
                  mask=None) -> None:
     ext.scan(x, y, op, fields, reverse, exclusive, mask)  # a mask laid out as x (OpSpec._launch_dim)
 
