@@ -197,9 +197,10 @@ def cumsum(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool 
                            inputs=(("mask", "torch.randint(0, 2, x.shape).bool()"),)),))
 def masked_cumsum(x: torch.Tensor, dim: int, mask: torch.Tensor, *, reverse: bool = False,
                   exclusive: bool = False) -> torch.Tensor:
-    """``torch.cumsum(x * mask, dim)`` in one pass, reading the bool mask as bytes (x * mask is
+    """``torch.cumsum(x * mask, dim)`` in one pass, reading a bool mask as bytes (x * mask is
     never made); ``reverse`` and ``exclusive`` as in :func:`cumsum`.
 
-    ``mask`` broadcasts to x's shape; one laid out unlike x (broadcast, say) is first copied
-    into x's layout, one byte an element. inf and NaN times a False are NaN, as in x * mask.
+    ``mask`` is bool, or of x's dtype (then it multiplies x, as in x * mask), and broadcasts to
+    x's shape; one laid out unlike x (broadcast, say) is first copied into x's layout. inf and
+    NaN times a False are NaN, as in x * mask.
     """

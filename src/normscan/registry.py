@@ -154,11 +154,12 @@ def _check_running(spec: OpSpec, name: str, running: object, x: torch.Tensor, di
 
 
 def _check_mask(spec: OpSpec, name: str, mask: object, x: torch.Tensor, dim) -> torch.Tensor:
-    """A bool tensor that broadcasts to x's shape: that expansion (a view)."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+    """A bool tensor, or one of x's dtype (a multiplier, as in x * mask), that broadcasts to
+    x's shape: that expansion (a view)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype not in (torch.bool, x.dtype):
         got = f"a {mask.dtype} tensor" if isinstance(mask, torch.Tensor) else type_name(mask)
-        raise TypeError(f"normscan.{spec.name}: {name} must be a bool tensor, got {got}; pass {name}.bool() "
-                        f"(or {name} != 0)")
+        raise TypeError(f"normscan.{spec.name}: {name} must be a bool tensor or one of x's dtype ({x.dtype}), got "
+                        f"{got}; pass {name}.bool() or {name}.to({x.dtype})")
     try:
         expanded = mask.expand(x.shape)
     except RuntimeError:

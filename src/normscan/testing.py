@@ -45,6 +45,7 @@ class Case:
     sample: tuple[int, int] | None = None
     with_running: bool = False  # instance_norm's, batch_norm's: running statistics, their update checked too
     mask_dims: tuple[int, ...] = ()  # masked_cumsum's: dims of x its mask broadcasts along (size 1 there)
+    float_mask: bool = False  # and a mask of x's dtype (normal values, multiplying x) instead of a bool one
 
     @property
     def spec(self) -> OpSpec:
@@ -354,6 +355,14 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
                             kwargs))
+    if spec.takes("mask"):  # a broadcast mask (copied into x's layout), a mask of x's dtype on every kernel
+        out.append(Case(f"{op} broadcast mask (5, 33, 8) dim=1", op, maker((5, 33, 8), torch.float32, dist), 1,
+                        mask_dims=(0, 2)))
+        for dtype in DTYPES:
+            for shape, dim in [((3, 4097), 1), ((5, 33, 8), 1), ((5, 33, 7), 1), ((2, (1 << 22) + 3), 1)]:
+                d = long_dist if shape[-1] > 1 << 20 else dist
+                out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
+                                maker(shape, dtype, d), dim, float_mask=True))
     if is_scan:
         # Long rows go to the look-back kernel: only inputs without zeros check the carries
         # across the whole row.
@@ -447,7 +456,8 @@ def tensor_params(case: Case, x: torch.Tensor, dim) -> dict:
         params["running_var"] = (torch.rand(shape, device=device) + 0.5).to(dtype)
     if spec.takes("mask"):
         shape = [1 if d in case.mask_dims else n for d, n in enumerate(x.shape)]
-        params["mask"] = torch.rand(shape, device=device) < 0.5
+        params["mask"] = torch.randn(shape, device=device).to(x.dtype) if case.float_mask else \
+            torch.rand(shape, device=device) < 0.5
     return params
 
 

@@ -8,30 +8,35 @@
 namespace normscan {
 
 template <typename T, typename Op, int V, typename Cfg>
-inline cudaError_t launch_scan_rows(const ScanArgs<T>& a, cudaStream_t stream) {
+inline cudaError_t launch_scan_rows(const ScanArgsFor<T, Op>& a, cudaStream_t stream) {
   return launch_units<scan_rows_kernel<T, Op, V, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), 1, a.view.outer, 0, stream, a);
 }
 
 template <typename T, typename Op, typename Cfg, int VI>
-inline cudaError_t launch_scan_strided(const ScanArgs<T>& a, cudaStream_t stream) {
+inline cudaError_t launch_scan_strided(const ScanArgsFor<T, Op>& a, cudaStream_t stream) {
   const int64_t cols = a.view.outer * ceil_div(a.view.inner, Cfg::kBx * VI);
   return launch_units<scan_strided_kernel<T, Op, Cfg, VI>>(Grid::PerUnit, dim3(Cfg::kBx, Cfg::kBy), 1, cols, 0,
                                                            stream, a);
 }
 
-// Whether a masked op's mask bytes of each n-element vector of x lie n-byte aligned (x's
-// element offsets and the mask's byte offsets agree modulo n); true for others.
+// Whether a masked op's mask elements of each n-element vector of x lie aligned to the n of
+// them (x's and the mask's element offsets agree modulo n); true for others.
 template <typename T, typename Op>
-inline bool mask_vectors(const ScanArgs<T>& a, int n) {
-  if constexpr (!kMasked<Op>) return true;
-  const auto x_elements = reinterpret_cast<uintptr_t>(a.x) / sizeof(T);
-  return (reinterpret_cast<uintptr_t>(a.mask) % n + n - x_elements % n) % n == 0;
+inline bool mask_vectors(const ScanArgsFor<T, Op>& a, int n) {
+  if constexpr (!kMasked<Op>) {
+    return true;
+  } else {
+    using M = mask_t<Op>;
+    const auto x_elements = reinterpret_cast<uintptr_t>(a.x) / sizeof(T);
+    const auto m_elements = reinterpret_cast<uintptr_t>(a.mask) / sizeof(M);
+    return reinterpret_cast<uintptr_t>(a.mask) % sizeof(M) == 0 && (m_elements % n + n - x_elements % n) % n == 0;
+  }
 }
 
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
 // plan: enough rows to fill the device, rows of one chunk, or too few elements.
 template <typename T, typename Op>
-inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
+inline int64_t scan_lookback_tiles_per_row(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int64_t chunk = ScanRowsLarge::kChunkVecs * vec16<T>();
   const View& v = a.view;
   if (!v.rows() || !v.rows_share_alignment(a.x, a.y) || !mask_vectors<T, Op>(a, vec16<T>())) return 0;
@@ -44,7 +49,7 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgs<T>& a, int sms) {
 // alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
 // cannot be had), for the look-back kernel's tile states.
 template <typename T, typename Op, typename Alloc>
-inline cudaError_t launch_scan(const ScanArgs<T>& a, cudaStream_t stream, Alloc&& alloc) {
+inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
   using State = ScanLookback::State<scan_acc_t<T>>;
   constexpr int V = vec16<T>();
   if (a.view.empty()) return cudaSuccess;

@@ -31,7 +31,7 @@ template <int BLOCK, int NV, int MINB, int64_t ENTRY> struct ScanLookbackConfig 
 
 template <typename T, typename Op, int V, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks)))
-    scan_lookback_kernel(ScanArgs<T> a, typename Cfg::template State<scan_acc_t<T>> st, int64_t tiles_per_row) {
+    scan_lookback_kernel(ScanArgsFor<T, Op> a, typename Cfg::template State<scan_acc_t<T>> st, int64_t tiles_per_row) {
   constexpr int NV = Cfg::kVecs;
   using A = scan_acc_t<T>;
   using VT = Vec<T, V>;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   extern __shared__ uint4 slots[];  // buffer b, vector k of data thread d at [(b * NV + k) * DATA + d]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
   const int64_t tiles = a.view.outer * tiles_per_row;
-  using Row = ScanRow<T, V, kMasked<Op>>;
+  using Row = ScanRow<T, V, mask_t<Op>>;
   auto row_of = [&](int64_t tile) { return Row::of(a, tile / tiles_per_row); };
   // Data thread d's vector k, warp-striped: data warp w holds [w * 32 * NV, (w + 1) * 32 * NV).
   auto vindex = [&](int64_t first, int k) { return first + (warp - 1) * 32 * NV + k * 32 + lane; };

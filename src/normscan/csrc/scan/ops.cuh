@@ -21,22 +21,42 @@ template <typename T> struct ScanArgs {
   View view;
   bool reverse;    // scan from the last element to the first
   bool exclusive;  // y[i] combines x[0..i) instead of x[0..i]
-  const uint8_t* mask = nullptr;  // a masked op's bool mask, one byte an element, with x's strides
+};
+// A masked op's: the others' kernels keep ScanArgs (8 bytes more of parameters moved the
+// look-back kernel's code).
+template <typename T, typename M> struct MaskedScanArgs : ScanArgs<T> {
+  const M* mask;  // one mask element an x element, with x's strides
 };
 
-// The sum of x * mask (masked_cumsum): a bool mask read as bytes, x times 1 or 0 as PyTorch's
-// x * mask gives it (inf and NaN times 0 are NaN), never materialised.
-struct MaskedSumOp : SumOp {};
-template <typename Op> constexpr bool kMasked = std::is_same<Op, MaskedSumOp>::value;
+// The sum of x * mask (masked_cumsum), x * mask never materialised: a bool mask read as bytes
+// (x times 1 or 0, as PyTorch's x * mask gives it: inf and NaN times 0 are NaN), or a mask
+// of x's dtype, which multiplies x (KernelBench's evaluator hands its bool mask over as
+// float32). The binding picks MaskedBy<the mask's element> for the listed MaskedSumOp.
+struct MaskedSumOp : SumOp {
+  using Mask = uint8_t;
+};
+template <typename M> struct MaskedBy : MaskedSumOp {
+  using Mask = M;
+};
+template <typename Op> constexpr bool kMasked = std::is_base_of<MaskedSumOp, Op>::value;
+// The arguments an op's kernels take.
+template <typename T, typename Op, bool = kMasked<Op>> struct ScanArgsOf { using type = ScanArgs<T>; };
+template <typename T, typename Op> struct ScanArgsOf<T, Op, true> { using type = MaskedScanArgs<T, typename Op::Mask>; };
+template <typename T, typename Op> using ScanArgsFor = typename ScanArgsOf<T, Op>::type;
+// The mask's element type of a masked op's kernels (void: none).
+template <typename Op, bool = kMasked<Op>> struct MaskOf { using type = void; };
+template <typename Op> struct MaskOf<Op, true> { using type = typename Op::Mask; };
+template <typename Op> using mask_t = typename MaskOf<Op>::type;
 
-// The resident blocks a SM a scan kernel asks of the compiler: half for masked scans but of
-// fp32 on sm_90 (KernelBench 93's), whose mask pointer and byte unpacking spilled 8-48 bytes
-// at the unmasked counts (16-bit and double rows and strided columns, fp32 rows on sm_80).
+// The resident blocks a SM a scan kernel asks of the compiler: half for masked scans but fp32
+// with a bool mask on sm_90 (KernelBench 93's), whose mask pointer and unpacking spilled
+// 8-48 bytes at the unmasked counts (16-bit and double rows and strided columns, fp32 rows
+// on sm_80, and with a float mask).
 template <typename T, typename Op> constexpr int scan_min_blocks(int asked) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   constexpr bool kWide = kMasked<Op>;
 #else
-  constexpr bool kWide = kMasked<Op> && sizeof(T) != 4;
+  constexpr bool kWide = kMasked<Op> && (sizeof(T) != 4 || sizeof(mask_t<Op>) != 1);
 #endif
   return kWide ? (asked + 1) / 2 : asked;
 }
@@ -58,16 +78,20 @@ __device__ __forceinline__ scan_acc_t<T> to_scan(T v) { return static_cast<scan_
 template <typename T>
 __device__ __forceinline__ T from_scan(scan_acc_t<T> v) { return Convert<T>::from_acc(static_cast<acc_t<T>>(v)); }
 
-// x times its mask byte (1 or 0), exact in T: the value x * mask has in PyTorch.
+// x times its mask element, rounded once to T: the value x * mask has in PyTorch (a bool's
+// 1 or 0 exact).
 template <typename T> __device__ __forceinline__ T masked(T v, uint8_t m) {
   return Convert<T>::from_acc(Convert<T>::to_acc(v) * acc_t<T>(m != 0));
 }
-// A vector's N values times their N mask bytes from m (aligned to N bytes: the dispatcher's
-// condition for vectors).
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> masked(Vec<T, N> v, const uint8_t* m) {
-  const Vec<uint8_t, N> bytes = *reinterpret_cast<const Vec<uint8_t, N>*>(m);
+template <typename T> __device__ __forceinline__ T masked(T v, T m) {
+  return Convert<T>::from_acc(Convert<T>::to_acc(v) * Convert<T>::to_acc(m));
+}
+// A vector's N values times their N mask elements from m (aligned to the N of them: the
+// dispatcher's condition for vectors).
+template <typename T, typename M, int N> __device__ __forceinline__ Vec<T, N> masked(Vec<T, N> v, const M* m) {
+  const Vec<M, N> ms = *reinterpret_cast<const Vec<M, N>*>(m);
 #pragma unroll
-  for (int i = 0; i < N; ++i) v.v[i] = masked(v.v[i], bytes.v[i]);
+  for (int i = 0; i < N; ++i) v.v[i] = masked(v.v[i], ms.v[i]);
   return v;
 }
 

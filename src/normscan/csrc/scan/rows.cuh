@@ -3,6 +3,8 @@
 // ScanChunk are also the look-back kernel's view of a row.
 #pragma once
 
+#include <type_traits>
+
 #include "../device/memory.cuh"
 #include "../device/scan.cuh"
 #include "ops.cuh"
@@ -11,22 +13,30 @@ namespace normscan {
 
 // A contiguous row in scan order. Physically the row is [head | nvec vectors | tail]; in
 // scan order it is [front | body vectors 0..nvec-1 | back], with front/back swapped and
-// every vector read backwards when the scan runs in reverse. MASKED: x is read times the
-// row's mask bytes m (laid out as x: m[i] is x[i]'s).
-template <typename T, int V, bool MASKED = false> struct ScanRow {
+// every vector read backwards when the scan runs in reverse. M (not void): x is read times
+// the row's mask m (laid out as x: m[i] is x[i]'s).
+// A masked row's mask m, elements of M (unmasked rows, M void, have none: a member they never
+// read still moved the look-back kernel's register allocation).
+template <typename M> struct RowMask {
+  const M* m;
+};
+template <> struct RowMask<void> {};
+
+template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
+  static constexpr bool MASKED = !std::is_void<M>::value;
   const T* x;
   T* y;
   int64_t n;
   RowSplit s;
   bool reverse;
-  const uint8_t* m;
 
-  __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_, const uint8_t* m_ = nullptr)
-      : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_), m(m_) {}
+  __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_)
+      : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_) {}
   // Row `row` of a scan's view (its mask's row too, where masked).
-  static __device__ __forceinline__ ScanRow of(const ScanArgs<T>& a, int64_t row) {
-    return ScanRow(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse,
-                   MASKED ? a.mask + row * a.view.x_so : nullptr);
+  template <typename Args> static __device__ __forceinline__ ScanRow of(const Args& a, int64_t row) {
+    ScanRow r(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse);
+    if constexpr (MASKED) r.m = a.mask + row * a.view.x_so;
+    return r;
   }
   __device__ __forceinline__ int64_t front() const { return reverse ? s.tail : s.head; }
   __device__ __forceinline__ int64_t back() const { return reverse ? s.head : s.tail; }
@@ -38,7 +48,7 @@ template <typename T, int V, bool MASKED = false> struct ScanRow {
   __device__ __forceinline__ const T* vec_ptr(int64_t j) const { return x + vec_start(j); }
   __device__ __forceinline__ Vec<T, V> load(int64_t j) const {
     Vec<T, V> v = load_vec<T, V>(vec_ptr(j));
-    if constexpr (MASKED) v = masked(v, m + vec_start(j));
+    if constexpr (MASKED) v = masked(v, this->m + vec_start(j));
     if (reverse) flip(&v);
     return v;
   }
@@ -69,7 +79,9 @@ template <typename T, int V, bool MASKED = false> struct ScanRow {
   // to other machine code (the rest did not), and this form is the one measured.
   template <typename Op>
   __device__ __forceinline__ scan_acc_t<T> scan_one(int64_t p, scan_acc_t<T> run, bool exclusive, bool writer) const {
-    const scan_acc_t<T> v = to_scan<T>(MASKED ? masked(x[p], m[p]) : x[p]);
+    scan_acc_t<T> v;
+    if constexpr (MASKED) v = to_scan<T>(masked(x[p], this->m[p]));
+    else v = to_scan<T>(x[p]);
     if (exclusive && writer) y[p] = from_scan<T>(run);
     run = Op::apply(run, v);
     if (!exclusive && writer) y[p] = from_scan<T>(run);
@@ -138,13 +150,13 @@ template <int BLOCK, int NV, int MINB> struct ScanRowsConfig {
 };
 
 template <typename T, typename Op, int V, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_rows_kernel(ScanArgs<T> a) {
+__global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_rows_kernel(ScanArgsFor<T, Op> a) {
   using A = scan_acc_t<T>;
   using Chunk = ScanChunk<T, Op, V, Cfg::kBlock, Cfg::kVecs>;
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x) {
-    const auto r = ScanRow<T, V, kMasked<Op>>::of(a, row);
+    const auto r = ScanRow<T, V, mask_t<Op>>::of(a, row);
     A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, threadIdx.x == 0);
     for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
       Chunk c;

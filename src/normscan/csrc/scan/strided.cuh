@@ -20,7 +20,7 @@ template <int BX, int BY, int ITEMS, int MINB> struct ScanStridedConfig {
 };
 
 template <typename T, typename Op, typename Cfg, int VI>
-__global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_strided_kernel(ScanArgs<T> a) {
+__global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_strided_kernel(ScanArgsFor<T, Op> a) {
   constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems;
   using A = scan_acc_t<T>;
   using VT = Vec<T, VI>;
@@ -37,7 +37,10 @@ __global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(C
     const bool active = i < a.view.inner;  // the whole vector: inner is a multiple of VI
     const T* xc = a.x + o * a.view.x_so + (active ? i : 0) * a.view.x_si;
     T* yc = a.y + o * a.view.y_so + (active ? i : 0) * a.view.y_si;
-    const uint8_t* mc = kMasked<Op> ? a.mask + (xc - a.x) : nullptr;  // the mask, laid out as x
+    const auto mc = [&] {  // the mask, laid out as x
+      if constexpr (kMasked<Op>) return a.mask + (xc - a.x);
+      else return nullptr;
+    }();
     A carry[VI];
 #pragma unroll
     for (int v = 0; v < VI; ++v) carry[v] = Op::template identity<A>();
