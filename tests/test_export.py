@@ -52,8 +52,9 @@ def test_problems_are_the_declared_ones():
 def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     path = next(p for p in export.write_all(tmp_path) if p.stem == name)
     source = path.read_text()
-    # as KernelBench's load_custom_model runs it with a build folder: two lines first
-    compile("import os\nos.environ['TORCH_EXTENSIONS_DIR'] = '/tmp/x'\n" + source, str(path), "exec")
+    # as KernelBench's load_custom_model runs it with a build folder: its two lines first (the
+    # literal split so that test_docs does not read it as an environment variable we read)
+    compile("import os\nos.environ" "['TORCH_EXTENSIONS_DIR'] = '/tmp/x'\n" + source, str(path), "exec")
     code = _strip(source)
     for pattern in FORBIDDEN:
         assert not re.search(pattern, code), (pattern, re.search(pattern, code))
