@@ -357,15 +357,31 @@ def test_binding_refuses_what_the_kernels_cannot_take():
     v = view.fold(x, y, 1)
     l2 = REGISTRY["l2_normalize"].op_id
     rms = REGISTRY["rms_norm"].op_id
+    groups = REGISTRY["group_norm"].op_id
     with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} takes no weight"):
-        ext.reduce_scale(x, y, torch.ones(8, device="cuda"), None, l2, v, 0.0)
+        ext.reduce_scale(x, y, torch.ones(8, device="cuda"), None, l2, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {rms} takes no bias"):
-        ext.reduce_scale(x, y, None, torch.ones(8, device="cuda"), rms, v, 0.0)
+        ext.reduce_scale(x, y, None, torch.ones(8, device="cuda"), rms, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="bias must be a contiguous tensor of 8 elements"):
-        ext.reduce_scale(x, y, None, torch.ones(7, device="cuda"), REGISTRY["layer_norm"].op_id, v, 0.0)
+        ext.reduce_scale(x, y, None, torch.ones(7, device="cuda"), REGISTRY["layer_norm"].op_id, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="no reduce-scale op has id 99"):
-        ext.reduce_scale(x, y, None, None, 99, v, 0.0)
+        ext.reduce_scale(x, y, None, None, 99, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="the view reaches past y's storage"):
-        ext.reduce_scale(x, torch.empty(2, 8, device="cuda"), None, None, l2, v, 0.0)
+        ext.reduce_scale(x, torch.empty(2, 8, device="cuda"), None, None, l2, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="a view has 9 fields, got 3"):
-        ext.reduce_scale(x, y, None, None, l2, v[:3], 0.0)
+        ext.reduce_scale(x, y, None, None, l2, v[:3], 0.0, (), None)
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} takes no grouping"):
+        ext.reduce_scale(x, y, None, None, l2, v, 0.0, (1, 8, 4), None)
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {groups} needs a grouping"):
+        ext.reduce_scale(x, y, None, None, groups, v, 0.0, (), None)
+    with pytest.raises(RuntimeError, match=r"grouping \(4, 3, 4\) does not divide the view's 4 rows of 8"):
+        ext.reduce_scale(x, y, None, None, groups, v, 0.0, (4, 3, 4), None)  # channels of 3 in rows of 8
+    with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):
+        ext.reduce_scale(x, y, None, None, groups, v, 0.0, (4, 8, 4), torch.empty(4, 2, device="cuda", dtype=torch.float64))
+    scan = _build.load("scan")
+    with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['cumsum'].op_id} takes no mask"):
+        scan.scan(x, y, REGISTRY["cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['masked_cumsum'].op_id} needs a mask"):
+        scan.scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False, None)
+    with pytest.raises(RuntimeError, match="mask must be a bool tensor, or one of x's dtype, on x's device"):
+        scan.scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.int32))
