@@ -33,13 +33,25 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
   if (c.parts == 1 && !rows_share_stats<T, Op>(a))
     return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
   using Stat = RowStat<Op, acc_t<T>>;
-  auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * a.view.outer * c.parts));
+  const int64_t groups = [&] {  // a grouped op's statistics, merged from their rows' parts
+    if constexpr (Op::kGrouped) return a.grouping.stat_groups;
+    else return int64_t(0);
+  }();
+  auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * (a.view.outer * c.parts + groups)));
   if (stats == nullptr) return cudaErrorMemoryAllocation;
   err = launch_units<reduce_scale_split_sum_kernel<T, Op, kRereadBlock, V>>(
       Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.parts, 0, stream, a, c, stats);
   if (err != cudaSuccess) return err;
+  const Stat* scaled_by = stats;
+  if constexpr (Op::kGrouped) {  // each statistic's parts merged once, for the scaling blocks
+    Stat* merged = stats + a.view.outer * c.parts;
+    err = launch_units<reduce_scale_merge_stats_kernel<T, Op, kRereadBlock>>(
+        Grid::PerUnit, dim3(kRereadBlock), 1, groups, 0, stream, a, c, static_cast<const Stat*>(stats), merged);
+    if (err != cudaSuccess) return err;
+    scaled_by = merged;
+  }
   return launch_units<reduce_scale_split_scale_kernel<T, Op, kRereadBlock, V>>(
-      Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, static_cast<const Stat*>(stats));
+      Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, scaled_by);
 }
 
 template <typename T, typename Op, typename Alloc>
