@@ -54,18 +54,21 @@ def test_softmaxes_are_torch_nn_drop_ins(ours, theirs):
         torch.testing.assert_close(got, expected)
 
 
-def test_layer_norm_is_torch_nn_layer_norm_drop_in():
-    """Same constructor, parameters, state_dict keys and repr as torch.nn.LayerNorm."""
-    x = torch.randn(2, 3, 4, 5)
-    for args, kwargs in [((5,), {}), (((4, 5),), {"eps": 1e-3}), ((5,), {"elementwise_affine": False}),
-                         ((5,), {"bias": False})]:
-        ours, theirs = normscan.LayerNorm(*args, **kwargs), torch.nn.LayerNorm(*args, **kwargs)
-        assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
+@pytest.mark.parametrize("ours,theirs,constructions", [
+    (normscan.LayerNorm, torch.nn.LayerNorm, [((5,), {}), (((4, 5),), {"eps": 1e-3}),
+                                             ((5,), {"elementwise_affine": False}), ((5,), {"bias": False})]),
+    (normscan.GroupNorm, torch.nn.GroupNorm, [((1, 4), {}), ((2, 4), {"eps": 1e-3}), ((4, 4), {"affine": False})])])
+def test_layer_and_group_norms_are_torch_nn_drop_ins(ours, theirs, constructions):
+    """Same constructor, parameters, state_dict keys and repr as torch.nn's."""
+    x = torch.randn(2, 4, 4, 5)
+    for args, kwargs in constructions:
+        mine, twin = ours(*args, **kwargs), theirs(*args, **kwargs)
+        assert repr(mine) == repr(twin) and list(mine.state_dict()) == list(twin.state_dict())
         with torch.no_grad():
-            for p in ours.parameters():
+            for p in mine.parameters():
                 p.copy_(torch.randn_like(p))
-        theirs.load_state_dict(ours.state_dict())
-        torch.testing.assert_close(ours(x), theirs(x))
+        twin.load_state_dict(mine.state_dict())
+        torch.testing.assert_close(mine(x), twin(x))
 
 
 @pytest.mark.parametrize("ours,theirs,shape", [
@@ -96,18 +99,6 @@ def test_batch_and_instance_norms_are_torch_nn_drop_ins(ours, theirs, shape, kwa
     assert len(calls) == 4
     for (k, a), (_, b) in zip(o.state_dict().items(), t.state_dict().items()):
         torch.testing.assert_close(a, b, msg=k)
-
-
-def test_group_norm_is_torch_nn_group_norm_drop_in():
-    x = torch.randn(2, 6, 4, 5)
-    for args, kwargs in [((3, 6), {}), ((2, 6), {"eps": 1e-3}), ((6, 6), {"affine": False})]:
-        ours, theirs = normscan.GroupNorm(*args, **kwargs), torch.nn.GroupNorm(*args, **kwargs)
-        assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
-        with torch.no_grad():
-            for p in ours.parameters():
-                p.copy_(torch.randn_like(p))
-        theirs.load_state_dict(ours.state_dict())
-        torch.testing.assert_close(ours(x), theirs(x))
 
 
 def test_masked_cumsum_module_is_kernelbench_93s_model():

@@ -51,15 +51,20 @@ def check_input(op: str, x: object) -> torch.Tensor:
     return x
 
 
-def wrap_dim(op: str, dim: object, ndim: int) -> int:
-    """dim in [-ndim, ndim), as PyTorch takes it: an int or anything with __index__ (a numpy
-    integer), not a bool; a 0-d tensor takes -1 and 0."""
-    if isinstance(dim, bool):
-        raise TypeError(f"normscan.{op}: dim must be an int, got bool ({dim})")
+def as_index(op: str, name: str, value: object) -> int:
+    """An integer argument as PyTorch takes one: an int or anything with __index__ (a numpy
+    integer, a 0-d integer tensor), not a bool."""
+    if isinstance(value, bool):
+        raise TypeError(f"normscan.{op}: {name} must be an int, got bool ({value})")
     try:
-        dim = operator.index(dim)
+        return operator.index(value)
     except TypeError:
-        raise TypeError(f"normscan.{op}: dim must be an int, got {type_name(dim)} ({dim!r})") from None
+        raise TypeError(f"normscan.{op}: {name} must be an int, got {type_name(value)} ({value!r})") from None
+
+
+def wrap_dim(op: str, dim: object, ndim: int) -> int:
+    """dim in [-ndim, ndim), as PyTorch takes it (as_index); a 0-d tensor takes -1 and 0."""
+    dim = as_index(op, "dim", dim)
     n = max(ndim, 1)
     if not -n <= dim < n:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
@@ -91,13 +96,8 @@ def check_channels(op: str, x: torch.Tensor) -> None:
 
 
 def num_groups(op: str, groups: object, x: torch.Tensor) -> int:
-    """group_norm's num_groups: an int that divides x's channels."""
-    if isinstance(groups, bool):
-        raise TypeError(f"normscan.{op}: num_groups must be an int, got bool ({groups})")
-    try:
-        groups = operator.index(groups)
-    except TypeError:
-        raise TypeError(f"normscan.{op}: num_groups must be an int, got {type_name(groups)} ({groups!r})") from None
+    """group_norm's num_groups: an int (as_index) that divides x's channels."""
+    groups = as_index(op, "num_groups", groups)
     check_channels(op, x)
     if groups <= 0 or x.shape[1] % groups:
         raise ValueError(f"normscan.{op}: num_groups {groups} must divide x's {x.shape[1]} channels (x.shape[1]; "
