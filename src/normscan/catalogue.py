@@ -12,7 +12,7 @@ import torch
 
 from .problems import all_problems
 from .registry import REGISTRY, OpSpec
-from .timing import Entry
+from .timing import Entry, w_name
 
 # Rows of every length class: the row kernels' rungs, a cluster, and short tensors.
 ROW_SHAPES = [(65536, 1024), (8192, 16384), (1024, 262144), (256, 4096), (16, 1024)]
@@ -104,10 +104,8 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
            with_peers: bool = False, mode: str = "forward") -> Entry:
     kwargs = dict(kwargs or {})
 
-    w_name = "mask" if spec.takes("mask") else "weight"  # what `w` is (timing.Entry.w_name)
-
     def eager(x, w):
-        return spec.expression(x, dim, *spec.args(dict(kwargs, **{w_name: w})))
+        return spec.expression(x, dim, *spec.args(dict(kwargs, **{w_name(spec): w})))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))

@@ -105,16 +105,20 @@ def num_groups(op: str, groups: object, x: torch.Tensor) -> int:
     return groups
 
 
+def _check_real(spec: OpSpec, name: str, value: object, x: torch.Tensor, dim, *, also: str = "") -> float:
+    """A real number (a one-element real tensor too); `also` names what else the caller took."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return float(value)
+    if not isinstance(value, numbers.Real):
+        raise TypeError(f"normscan.{spec.name}: {name} must be a real number{also}, got {type_name(value)} ({value!r})")
+    return float(value)
+
+
 def _check_eps(spec: OpSpec, name: str, eps: object, x: torch.Tensor, dim) -> float:
     """A real number, or None for torch.finfo(x.dtype).eps (as F.rms_norm takes it)."""
-    if eps is None and name == "eps":
+    if eps is None:
         return torch.finfo(x.dtype).eps
-    if isinstance(eps, torch.Tensor) and eps.numel() == 1 and not eps.is_complex():
-        return float(eps)
-    if not isinstance(eps, numbers.Real):
-        none = " or None" if name == "eps" else ""
-        raise TypeError(f"normscan.{spec.name}: {name} must be a real number{none}, got {type_name(eps)} ({eps!r})")
-    return float(eps)
+    return _check_real(spec, name, eps, x, dim, also=" or None")
 
 
 def _check_flag(spec: OpSpec, name: str, flag: object, x: torch.Tensor, dim) -> bool:
@@ -204,7 +208,7 @@ PARAMS = {
     "running_var": Param("Tensor?", _check_running),
     "use_input_stats": Param("bool", _check_flag),
     "training": Param("bool", _check_flag),
-    "momentum": Param("float", _check_eps),
+    "momentum": Param("float", _check_real),
 }
 RUNNING = ("running_mean", "running_var")
 INPUT_STATS = ("use_input_stats", "training")

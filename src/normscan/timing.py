@@ -37,6 +37,11 @@ FLUSH_BYTES = 256 << 20
 FLUSH_READS = 8
 
 
+def w_name(spec) -> str:
+    """The op's argument that an entry's `w` is: its weight, or its mask."""
+    return "mask" if spec.takes("mask") else "weight"
+
+
 @dataclass
 class Entry:
     """One thing to time: an op on inputs of one shape and dtype, beside its baselines."""
@@ -54,8 +59,7 @@ class Entry:
 
     @property
     def w_name(self) -> str:
-        """The op's argument `w` is: its weight, or its mask."""
-        return "mask" if REGISTRY[self.op].takes("mask") else "weight"
+        return w_name(REGISTRY[self.op])
 
     @property
     def bytes_moved(self) -> int:
