@@ -124,7 +124,9 @@ def _inf_nan(x):
 
 # ---------------------------------------------------------------- cases
 ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (3, 65539), (2, 300001)]
-LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003)]
+# (300, 4097): read twice, one block a row; (5, 2**20) and (3, 2**22): held across the GPU,
+# several rows at once, and rows of more parts than blocks (fp32).
+LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (5, 1 << 20), (3, 1 << 22)]
 # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
 # along inner (every dtype), an odd inner the scalar kernels.
 STRIDED = [((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
@@ -176,7 +178,8 @@ def cases(ops: list[str] | None = None, quick: bool = False, huge: bool = True) 
 CHANNEL_SHAPES = [((2, 6), 3), ((3, 4, 1), 2), ((2, 6, 5, 7), 3), ((2, 6, 5, 7), 6), ((3, 4, 33), 1),
                   ((2, 8, 33, 65), 4), ((2, 3, 4097), 3), ((2, 4, 16385), 2), ((3, 2, 65537), 2), ((2, 2, 300001), 2),
                   ((2, 3, 2, 3, 4), 3)]
-LONG_CHANNEL_SHAPES = [((2, 2, 1_000_003), 1), ((4, 8, (1 << 18) + 3), 4), ((1, 3, (1 << 21) + 5), 3)]
+LONG_CHANNEL_SHAPES = [((2, 2, 1_000_003), 1), ((4, 8, (1 << 18) + 3), 4), ((1, 3, (1 << 21) + 5), 3),
+                       ((2, 4, 1 << 19), 2)]
 # Layouts of an (N, C, H, W) tensor, each a view of one drawn in that shape (channels_last's
 # drawn as (N, H, W, C)).
 CHANNEL_VIEWS = {

@@ -49,12 +49,14 @@ inline cudaError_t resident_blocks(Kernel kernel, int threads, size_t smem, int6
 //            as one finishes (2-6% faster than Persistent on row and scan kernels: NOTES.md).
 //   Persistent: no more clusters than are resident at once; for kernels that fetch their
 //            next unit while working on this one.
-enum class Grid { PerUnit, Persistent };
+//   Cooperative: Persistent, launched cooperatively (every block resident at once, or the
+//            launch fails): for kernels whose blocks wait for each other.
+enum class Grid { PerUnit, Persistent, Cooperative };
 
 // A launch of `threads` threads a block, `smem` bytes of dynamic shared memory and
-// clusters of `cluster` blocks; attr is its storage for the cluster attribute.
+// clusters of `cluster` blocks, or cooperative; attr is its storage for the attribute.
 inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, cudaStream_t stream,
-                                        cudaLaunchAttribute* attr) {
+                                        cudaLaunchAttribute* attr, bool cooperative = false) {
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
@@ -64,6 +66,11 @@ inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, 
     attr->val.clusterDim.x = cluster;
     attr->val.clusterDim.y = 1;
     attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  } else if (cooperative) {
+    attr->id = cudaLaunchAttributeCooperative;
+    attr->val.cooperative = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
   }
@@ -120,7 +127,7 @@ inline cudaError_t grid_units(Grid grid, dim3 threads, int cluster, int64_t unit
   int64_t fit = 0;
   const cudaError_t err = resident_units<kernel>(threads, cluster, smem, &fit);
   if (err != cudaSuccess) return err;
-  *out = min64(units, grid == Grid::Persistent ? (fit > 0 ? fit : 1) : 0x7fffffff / cluster);
+  *out = min64(units, grid != Grid::PerUnit ? (fit > 0 ? fit : 1) : 0x7fffffff / cluster);
   return cudaSuccess;
 }
 
@@ -133,7 +140,7 @@ inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t un
   cudaError_t err = grid_units<kernel>(grid, threads, cluster, units, smem, &launched);
   if (err != cudaSuccess) return err;
   cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, stream, attr);
+  cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, stream, attr, grid == Grid::Cooperative);
   cfg.gridDim = dim3(static_cast<unsigned>(launched * cluster), 1, 1);
   err = cudaLaunchKernelEx(&cfg, kernel, args...);
   // A launch refused for its configuration also leaves the error for the next check to

@@ -39,6 +39,26 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   }
 }
 
+// A value another block of this launch wrote, read from L2 (an L1 line may hold an older
+// copy: its neighbours were read before it was written), word by word.
+template <typename S> __device__ __forceinline__ S load_from_l2(const S* p) {
+  static_assert(sizeof(S) % 4 == 0, "whole words");
+  S s;
+  auto* out = reinterpret_cast<unsigned*>(&s);
+  const auto* in = reinterpret_cast<const unsigned*>(p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(S) / 4); ++i) out[i] = __ldcg(in + i);
+  return s;
+}
+
+// A counter as another block publishes it (atomicAdd after __threadfence): what this thread
+// reads after it sees the value is what the publisher wrote before.
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // A row of n elements split into an unaligned head, whole N-element vectors, and a tail.
 // With N == 1 everything is "body" and head == tail == 0.
 struct RowSplit {

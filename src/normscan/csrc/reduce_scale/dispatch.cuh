@@ -54,6 +54,29 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
       Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, scaled_by);
 }
 
+// Aligned rows held across the GPU (held.cuh), where every part of a row can be resident at
+// once: *launched tells whether they were.
+template <typename T, typename Op, typename Alloc>
+inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
+  constexpr auto kernel = reduce_scale_held_kernel<T, Op, kHeldBlock, kHeldVecs>;
+  constexpr int64_t cap = int64_t(kHeldBlock) * kHeldVecs;
+  constexpr size_t smem = 2 * size_t(cap) * 16;  // two buffers
+  using State = HeldState<RowStat<Op, acc_t<T>>>;
+  *launched = false;
+  const int64_t rows = a.view.outer, parts = ceil_div(a.view.length / vec16<T>(), cap);
+  int64_t resident = 0;
+  cudaError_t err = resident_units<kernel>(dim3(kHeldBlock), 1, smem, &resident);
+  if (err != cudaSuccess || parts > 2 * resident) return err;
+  const HeldPlan p{parts, ceil_div(a.view.length / vec16<T>(), parts), rows * parts};
+  void* workspace = alloc(State::bytes(rows, parts));
+  if (workspace == nullptr) return cudaErrorMemoryAllocation;
+  err = cudaMemsetAsync(workspace, 0, State::counter_bytes(rows), stream);
+  if (err != cudaSuccess) return err;
+  *launched = true;
+  return launch_units<kernel>(Grid::Cooperative, dim3(kHeldBlock), 1, p.units, smem, stream, a, p,
+                              State::in(workspace, rows));
+}
+
 template <typename T, typename Op, typename Alloc>
 inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
   constexpr int V = vec16<T>();
@@ -82,6 +105,11 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
         if (err != cudaSuccess) return err;
       }
       if (fit > 0) return launch_rows<T, Op, Cluster>(a, cluster, stream);
+    }
+    if (NORMSCAN_HELD) {
+      bool launched = false;
+      err = launch_held<T, Op>(a, stream, alloc, &launched);
+      if (err != cudaSuccess || launched) return err;
     }
   }
   return aligned ? launch_reread<T, Op, V>(a, stream, alloc) : launch_reread<T, Op, 1>(a, stream, alloc);

@@ -165,10 +165,7 @@ template <typename T, int V> struct RereadRow {
   __device__ __forceinline__ void scale_vectors(int64_t begin, int64_t end, RowScale<acc_t<T>> rs,
                                                 const ArgsFor<T, Op>& a, int64_t row) const {
     constexpr int U = kRereadUnroll;
-    const ChannelRow<T, true> ch = [&] {  // a grouped op's weight and bias
-      if constexpr (Op::kGrouped) return ChannelRow<T, true>::at(a, row);
-      else return ChannelRow<T, true>{};
-    }();
+    const ChannelRow<T, true> ch = channels<Op>(a, row);  // a grouped op's weight and bias
     const T* xb = xr + s.head;
     T* yb = yr + s.head;
     for (int64_t j = end - 1 - threadIdx.x; j >= begin; j -= int64_t(BLOCK) * U) {
@@ -178,18 +175,29 @@ template <typename T, int V> struct RereadRow {
         if (j - u * BLOCK >= begin) v[u] = load_vec<T, V>(xb + (j - u * BLOCK) * V);
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (j - u * BLOCK >= begin) {
-          const int64_t l = s.head + (j - u * BLOCK) * V;
-          Vec<T, V> out;
-          if constexpr (Op::kGrouped) {
-            out = ch.template scale<Op>(v[u], rs.scale, rs.shift, l);
-          } else {
-#pragma unroll
-            for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(v[u].v[i], rs.scale, rs.shift, a.w, a.b, l + i);
-          }
-          store_vec<T, V>(yb + (j - u * BLOCK) * V, out);
-        }
+        if (j - u * BLOCK >= begin)
+          store_vec<T, V>(yb + (j - u * BLOCK) * V, scaled<Op>(v[u], s.head + (j - u * BLOCK) * V, rs, a, ch));
     }
+  }
+
+  // y of the V elements from l (a grouped op's weight and bias from ch).
+  template <typename Op, bool WIDE>
+  __device__ __forceinline__ Vec<T, V> scaled(const Vec<T, V>& x, int64_t l, RowScale<acc_t<T>> rs,
+                                              const ArgsFor<T, Op>& a, const ChannelRow<T, WIDE>& ch) const {
+    Vec<T, V> out;
+    if constexpr (Op::kGrouped) {
+      out = ch.template scale<Op>(x, rs.scale, rs.shift, l);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) out.v[i] = scale_one<Op>(x.v[i], rs.scale, rs.shift, a.w, a.b, l + i);
+    }
+    return out;
+  }
+  // A grouped op's weight and bias along the row; WIDE: rows of 2**31 elements and more.
+  template <typename Op, bool WIDE = true>
+  __device__ __forceinline__ ChannelRow<T, WIDE> channels(const ArgsFor<T, Op>& a, int64_t row) const {
+    if constexpr (Op::kGrouped) return ChannelRow<T, WIDE>::at(a, row);
+    else return ChannelRow<T, WIDE>{};
   }
 };
 

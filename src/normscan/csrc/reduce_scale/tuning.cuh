@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "held.cuh"
 #include "rows.cuh"
 #include "strided.cuh"
 
@@ -60,7 +61,11 @@ using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTE
 // the fewest that hold the row: KernelBench 23's and 24's rows of 393216 floats take 12
 // (5.19 and 5.15 ms; the size from 12 to 16 whose resident clusters filled the most block
 // slots ran 5.61 and 5.39).
-constexpr int kRowsMaxCluster = 16;
+// Held across the GPU instead (NORMSCAN_ROWS_MAX_CLUSTER=8) they ran 5.80 and 5.57 ms.
+#ifndef NORMSCAN_ROWS_MAX_CLUSTER
+#define NORMSCAN_ROWS_MAX_CLUSTER 16
+#endif
+constexpr int kRowsMaxCluster = NORMSCAN_ROWS_MAX_CLUSTER;
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row.
 constexpr int kRereadBlock = 512;
@@ -81,6 +86,20 @@ inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident) {
   // share statistics, batch_norm's, are split too).
   return RowSplitting{parts > 1 ? parts : 1, nvec > 0 ? ceil_div(nvec, span) : 1, span};
 }
+
+// Aligned rows longer than a cluster holds, held across the GPU (reduce_scale_held_kernel;
+// NORMSCAN_HELD=0: read twice instead): parts of NORMSCAN_HELD_VECS vectors a thread of
+// kHeldBlock threads, two buffers a block, two blocks a SM. KernelBench 35 (896 rows of 8
+// MB) and 40 (16 of 16 MB), against 7.87 and 0.272 ms read twice: two buffers of 6 vectors
+// 6.56 and 0.241-0.257 ms; of 4, 8.02 and 0.317-0.334; one buffer of 12 (waiting idle for
+// the row's last parts) 6.50 and 0.315-0.323; of 13, 6.58 and 0.310-0.330.
+#ifndef NORMSCAN_HELD_VECS
+#define NORMSCAN_HELD_VECS 6
+#endif
+#ifndef NORMSCAN_HELD
+#define NORMSCAN_HELD 1
+#endif
+constexpr int kHeldBlock = 512, kHeldVecs = NORMSCAN_HELD_VECS;
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
