@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       for (int k = 0; k < NV; ++k)
         if (vindex(first, k) < end) {
           VT* slot = reinterpret_cast<VT*>(&slots[(b * NV + k) * DATA + d]);
-          *slot = masked(*slot, r.m + r.vec_start(vindex(first, k)));
+          *slot = masked_vec(*slot, load_vec<mask_t<Op>, V>(r.m + r.vec_start(vindex(first, k))));
         }
     }
     A mine = Op::template identity<A>();

@@ -86,10 +86,27 @@ template <typename T> __device__ __forceinline__ T masked(T v, uint8_t m) {
 template <typename T> __device__ __forceinline__ T masked(T v, T m) {
   return Convert<T>::from_acc(Convert<T>::to_acc(v) * Convert<T>::to_acc(m));
 }
-// A vector's N values times their N mask elements from m (aligned to the N of them: the
-// dispatcher's condition for vectors).
-template <typename T, typename M, int N> __device__ __forceinline__ Vec<T, N> masked(Vec<T, N> v, const M* m) {
-  const Vec<M, N> ms = *reinterpret_cast<const Vec<M, N>*>(m);
+// N mask elements as loaded from m (aligned to the N of them: the dispatcher's condition
+// for vectors). Up to 8 bytes are held as one integer until applied: held as a vector of
+// bytes, each load was taken apart at once, and a kernel waited for every load in turn.
+template <typename M, int N> struct LoadedMask {
+  using Values = Vec<M, N>;
+  using Held = std::conditional_t<sizeof(Values) == 1, uint8_t,
+               std::conditional_t<sizeof(Values) == 2, uint16_t,
+               std::conditional_t<sizeof(Values) == 4, uint32_t,
+               std::conditional_t<sizeof(Values) == 8, uint64_t, Values>>>>;
+  Held held;
+  static __device__ __forceinline__ LoadedMask load(const M* m) { return {*reinterpret_cast<const Held*>(m)}; }
+  __device__ __forceinline__ Values values() const {
+    Values v;
+    memcpy(&v, &held, sizeof v);
+    return v;
+  }
+};
+template <int N> struct LoadedMask<void, N> {};  // an unmasked op's: none
+// A vector's N values times their N mask elements.
+template <typename T, typename M, int N>
+__device__ __forceinline__ Vec<T, N> masked_vec(Vec<T, N> v, const Vec<M, N>& ms) {
 #pragma unroll
   for (int i = 0; i < N; ++i) v.v[i] = masked(v.v[i], ms.v[i]);
   return v;

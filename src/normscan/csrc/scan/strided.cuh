@@ -46,17 +46,25 @@ __global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(C
     for (int v = 0; v < VI; ++v) carry[v] = Op::template identity<A>();
     for (int64_t l0 = 0; l0 < a.view.length; l0 += TILE, parity ^= 1) {
       VT vals[ITEMS];
+      // The mask elements loaded beside x and applied after every load is issued (applied at
+      // each load, each item waited for its mask before the next item's loads).
+      LoadedMask<mask_t<Op>, VI> ms[ITEMS] = {};
       A t[VI];
 #pragma unroll
       for (int v = 0; v < VI; ++v) t[v] = Op::template identity<A>();
+      const bool whole = kMasked<Op> && active && l0 + (ty + 1) * ITEMS <= a.view.length;  // as rows.cuh's
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
         const int64_t l = l0 + ty * ITEMS + k;
-        if (active && l < a.view.length) {
+        if (whole || (active && l < a.view.length)) {
           const int64_t at = (a.reverse ? a.view.length - 1 - l : l) * a.view.x_sl;
           vals[k] = load_vec<T, VI>(xc + at);
-          if constexpr (kMasked<Op>) vals[k] = masked(vals[k], mc + at);
+          if constexpr (kMasked<Op>) ms[k] = LoadedMask<mask_t<Op>, VI>::load(mc + at);
         }
+      }
+      if constexpr (kMasked<Op>) {
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) vals[k] = masked_vec(vals[k], ms[k].values());
       }
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
