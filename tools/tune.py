@@ -3,6 +3,7 @@ entries (the KernelBench problems and the sweeps, ours alone) with each.
 
     python tools/tune.py "" "-DNORMSCAN_LOOKBACK_VECS=4 -DNORMSCAN_LOOKBACK_MINB=4" ...
     NORMSCAN_TUNE_CASES="cumprod 39_L2" python tools/tune.py ...   (entries whose label has one; default: all)
+    NORMSCAN_TUNE_FAMILIES=reduce_scale python tools/tune.py ...   (build only these families; default: all)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
 
 Every variant builds in its own cache folder, all at once; then each is timed in its own
@@ -46,8 +47,9 @@ def main(variants: list[str], build_only: bool = False) -> int:
         cache = base if not flags else base / f"tune{i}"
         envs.append(dict(os.environ, NORMSCAN_EXTRA_CUDA_FLAGS=flags, NORMSCAN_CACHE_DIR=str(cache),
                          PYTHONPATH=str(root / "src")))
-    load_all = "import normscan._build as b\nfor f in b.families(): b.load(f)"
-    builds = [subprocess.Popen([sys.executable, "-c", load_all], env=e) for e in envs]
+    families = os.environ.get("NORMSCAN_TUNE_FAMILIES", "").split()
+    load = f"import normscan._build as b\nfor f in {families!r} or b.families(): b.load(f)"
+    builds = [subprocess.Popen([sys.executable, "-c", load], env=e) for e in envs]
     for b in builds:
         if b.wait() != 0:
             return 1
