@@ -29,7 +29,7 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
   int64_t resident = 0;
   cudaError_t err = resident_units<reread>(dim3(kRereadBlock), 1, 0, &resident);
   if (err != cudaSuccess) return err;
-  const RowSplitting c = split_rows(a.view.outer, a.view.length / V, resident);
+  const RowSplitting c = split_rows(a.view.outer, a.view.length / V, resident, Op::kGrouped);
   if (c.parts == 1 && !rows_share_stats<T, Op>(a))
     return launch_units<reread>(Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer, 0, stream, a);
   using Stat = RowStat<Op, acc_t<T>>;

@@ -74,13 +74,20 @@ constexpr int kRereadBlock = 512;
 // the time), each at least kSplitMinTiles tiles; spans of NORMSCAN_SPLIT_SPAN_TILES tiles
 // scaling it, one block each. KernelBench 37 (one row of 1.9e9 floats): contiguous chunks a
 // summing block 9.00 ms, interleaved tiles 7.69; spans of 64, 16, 4, 2 and 1 tiles 7.70,
-// 7.61, 7.46, 7.41 and 7.375 ms (torch.compile 7.37).
+// 7.61, 7.46, 7.41 and 7.375 ms (torch.compile 7.37). A grouped op's scaling block looks up
+// its statistic, the statistic's first element and its channels before its first load:
+// KernelBench 33 (batch_norm, 4096 rows of 1 MB) with spans of 1, 2 and 4 tiles 4.604,
+// 4.354 and 4.233-4.422 ms (37 with 2 tiles 7.416 against 7.387).
 #ifndef NORMSCAN_SPLIT_SPAN_TILES
 #define NORMSCAN_SPLIT_SPAN_TILES 1
 #endif
+#ifndef NORMSCAN_SPLIT_SPAN_TILES_GROUPED
+#define NORMSCAN_SPLIT_SPAN_TILES_GROUPED 2
+#endif
 constexpr int64_t kSplitMinTiles = 4;
-inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident) {
-  const int64_t tile = kRereadTile<kRereadBlock>, span = tile * NORMSCAN_SPLIT_SPAN_TILES;
+inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, bool grouped) {
+  const int64_t tile = kRereadTile<kRereadBlock>,
+                span = tile * (grouped ? NORMSCAN_SPLIT_SPAN_TILES_GROUPED : NORMSCAN_SPLIT_SPAN_TILES);
   const int64_t parts = rows >= resident ? 1 : min64(resident / rows, ceil_div(nvec, tile) / kSplitMinTiles);
   // One span at least: span 0 also scales the row's edges (rows shorter than a vector that
   // share statistics, batch_norm's, are split too).
