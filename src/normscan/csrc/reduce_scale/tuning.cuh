@@ -76,13 +76,14 @@ constexpr int kRereadBlock = 512;
 // summing block 9.00 ms, interleaved tiles 7.69; spans of 64, 16, 4, 2 and 1 tiles 7.70,
 // 7.61, 7.46, 7.41 and 7.375 ms (torch.compile 7.37). A grouped op's scaling block looks up
 // its statistic, the statistic's first element and its channels before its first load:
-// KernelBench 33 (batch_norm, 4096 rows of 1 MB) with spans of 1, 2 and 4 tiles 4.604,
-// 4.354 and 4.233-4.422 ms (37 with 2 tiles 7.416 against 7.387).
+// KernelBench 33 (batch_norm, 4096 rows of 1 MB) with spans of 1, 2, 3, 4 and 8 tiles
+// 4.604, 4.354, 4.286, 4.233 and 4.253 ms (torch.compile 4.22; 37 with 2 tiles 7.416
+// against 7.387).
 #ifndef NORMSCAN_SPLIT_SPAN_TILES
 #define NORMSCAN_SPLIT_SPAN_TILES 1
 #endif
 #ifndef NORMSCAN_SPLIT_SPAN_TILES_GROUPED
-#define NORMSCAN_SPLIT_SPAN_TILES_GROUPED 2
+#define NORMSCAN_SPLIT_SPAN_TILES_GROUPED 4
 #endif
 constexpr int64_t kSplitMinTiles = 4;
 inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, bool grouped) {
