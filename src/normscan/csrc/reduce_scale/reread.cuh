@@ -136,7 +136,7 @@ template <typename T, int V> struct RereadRow {
   template <typename Op>
   __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const ArgsFor<T, Op>& a, int64_t row) const {
     if constexpr (Op::kGrouped)
-      yr[edge_at()] = ChannelRow<T, true>::at(a, row).template scale<Op>(xr[edge_at()], rs.scale, rs.shift, edge_at());
+      yr[edge_at()] = channels<Op>(a, row).template scale<Op>(xr[edge_at()], rs.scale, rs.shift, edge_at());
     else yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, a.w, a.b, edge_at());
   }
 

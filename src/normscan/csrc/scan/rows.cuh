@@ -56,11 +56,11 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   // order. Apart so that a chunk issues all its loads before it uses one (ScanChunk::load).
   using Mask = LoadedMask<M, V>;
   __device__ __forceinline__ Vec<T, V> fetch(int64_t j, Mask* mask) const {
-    if constexpr (MASKED) *mask = Mask::load(this->m + vec_start(j));
+    *mask = Mask::load(this->m + vec_start(j));
     return load_vec<T, V>(vec_ptr(j));
   }
   __device__ __forceinline__ void mask_in_scan_order(Vec<T, V>* v, const Mask& mask) const {
-    if constexpr (MASKED) *v = masked_vec(*v, mask.values());
+    *v = masked_vec(*v, mask.values());
     if (reverse) flip(v);
   }
   __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
