@@ -17,10 +17,19 @@ from normscan.registry import FAMILIES
 
 def test_families_are_csrcs_folders_and_the_registrys():
     assert _build.families() == sorted(FAMILIES)
+    assert _build.extensions() == ["reduce_scale", "reduce_scale_backward", "scan"]
+    assert _build.extension_entries("reduce_scale") == ["reduce_scale"]
+    assert _build.extension_entries("reduce_scale_backward") == ["reduce_scale_backward"]
+
+
+def test_the_backward_builds_apart_from_the_forward():
+    forward, backward = (_build.extension_source(e) for e in ("reduce_scale", "reduce_scale_backward"))
+    assert "reduce_scale_rows_kernel" in forward and "reduce_scale_backward_rows_kernel" not in forward
+    assert "reduce_scale_backward_rows_kernel" in backward and "reduce_scale_rows_kernel" not in backward
 
 
 def test_source_expansion_inlines_each_header_once_relative_to_its_includer():
-    source = _build.family_source("scan")
+    source = _build.extension_source("scan")
     assert '#include "' not in source and "#pragma once" not in source
     assert source.count("struct RowSplit {") == 1 and source.count("struct View {") == 1
     assert "scan_lookback_kernel" in source and "reduce_scale_rows_kernel" not in source
@@ -36,7 +45,8 @@ def test_kernels_without_cuda_say_so():
 
 
 def test_an_unknown_family_is_named():
-    with pytest.raises(ValueError, match="no kernel family 'softmax'; the families are reduce_scale, scan"):
+    with pytest.raises(ValueError, match="no kernel extension 'softmax'; the extensions are reduce_scale, "
+                                         "reduce_scale_backward, scan"):
         _build.load("softmax")
 
 

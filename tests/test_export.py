@@ -61,7 +61,7 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     assert "__global__" in code and "load_inline" in code and re.search(r"\bthreadIdx\.", code)
     # float32 forward kernels of this op only, without the fp16 header
     spec = PROBLEMS[name].spec
-    assert (f'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n#define NORMSCAN_FORWARD_ONLY\n'
+    assert (f'CUDA_SOURCE = r"""\n#define NORMSCAN_FLOAT32_ONLY\n'
             f'#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n') in source
     cuda = source.split('CUDA_SOURCE = r"""')[1].split('"""')[0]
     assert "cuda_fp16.h" not in cuda

@@ -3,12 +3,15 @@ entries (the KernelBench problems and the sweeps, ours alone) with each.
 
     python tools/tune.py "" "-DNORMSCAN_LOOKBACK_VECS=4 -DNORMSCAN_LOOKBACK_MINB=4" ...
     NORMSCAN_TUNE_CASES="cumprod 39_L2" python tools/tune.py ...   (entries whose label has one; default: all)
-    NORMSCAN_TUNE_FAMILIES=reduce_scale python tools/tune.py ...   (build only these families; default: all)
+    NORMSCAN_TUNE_EXTENSIONS=reduce_scale_backward python tools/tune.py ...   (the extensions the flags apply to;
+                                                                          default: all; the others are built once)
+    NORMSCAN_TUNE_TRAINING=backward python tools/tune.py ...   (the training entries instead, in this mode:
+                                                                backward, or forward+backward)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
 
-Every variant builds in its own cache folder, all at once; then each is timed in its own
-process (median of CUDA events over rotating inputs), with the device copy rate alongside,
-in NORMSCAN_TUNE_ROUNDS rounds (default 3) of fresh allocations: the rounds' spread is the
+Every variant builds at once (in one cache, each build's folder named by a hash of its
+flags); then each is timed in its own process (median of CUDA events over rotating inputs),
+with the device copy rate alongside, in NORMSCAN_TUNE_ROUNDS rounds (default 3) of fresh allocations: the rounds' spread is the
 noise any difference between variants must exceed.
 """
 
@@ -18,12 +21,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Loads (builds where needed) every extension, the tuned ones with the variant's flags (argv[1]),
+# those first: the variants build them side by side, then one builds each other one while the
+# rest wait for it (_build's lock).
+LOAD = """
+import os, sys
+import normscan._build as b
+tuned = {tuned!r} or b.extensions()
+for e in sorted(b.extensions(), key=lambda e: e not in tuned):
+    os.environ["NORMSCAN_EXTRA_CUDA_FLAGS"] = sys.argv[1] if e in tuned else ""
+    b.load(e)
+"""
 TIMING = r"""
-import json, sys, torch
+import json, torch
 from normscan import catalogue, timing
 from normscan.cli.bench import ours
-rounds, only = int(sys.argv[1]), sys.argv[2:]
-entries = catalogue.kernelbench_entries() + catalogue.sweep_entries(None, [torch.float32, torch.bfloat16])
+rounds, training, only = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+dtypes = [torch.float32, torch.bfloat16]
+if training:
+    entries = catalogue.training_entries(None, dtypes, [training])
+else:
+    entries = catalogue.kernelbench_entries() + catalogue.sweep_entries(None, dtypes)
 out = {"copy_gbs": timing.copy_bandwidth(20)}
 for entry in entries:
     if only and not any(o in entry.label for o in only):
@@ -31,35 +49,40 @@ for entry in entries:
     out[entry.label] = []
     for _ in range(rounds):  # fresh allocations each round: the spread between rounds is the noise
         xs = timing.inputs(entry, "cuda")
-        ms = timing.time_ms(ours(entry), xs, timing.weight(entry, "cuda"), 20)
+        w = timing.weight(entry, "cuda")
+        fn = ours(entry)
+        if training:
+            xs = [x.requires_grad_() for x in xs]
+            w = w.requires_grad_() if w is not None else None
+            fn = timing.training(fn, training, xs, w, torch.randn_like(xs[0]))
+        ms = timing.time_ms(fn, xs, w, 20)
         out[entry.label].append([ms, entry.bytes_moved / ms / 1e6])
-        del xs
+        del xs, fn
         torch.cuda.empty_cache()
 print("RESULT " + json.dumps(out))
 """
 
 def main(variants: list[str], build_only: bool = False) -> int:
     root = Path(__file__).resolve().parent.parent
-    base = Path(os.environ.get("NORMSCAN_CACHE_DIR", root / ".device-cache"))
-    envs = []
-    for i, flags in enumerate(variants):
-        # The defaults share the ordinary cache; each other variant has its own.
-        cache = base if not flags else base / f"tune{i}"
-        envs.append(dict(os.environ, NORMSCAN_EXTRA_CUDA_FLAGS=flags, NORMSCAN_CACHE_DIR=str(cache),
-                         PYTHONPATH=str(root / "src")))
-    families = os.environ.get("NORMSCAN_TUNE_FAMILIES", "").split()
-    load = f"import normscan._build as b\nfor f in {families!r} or b.families(): b.load(f)"
-    builds = [subprocess.Popen([sys.executable, "-c", load], env=e) for e in envs]
+    env = dict(os.environ, PYTHONPATH=str(root / "src"))
+    env.setdefault("NORMSCAN_CACHE_DIR", str(root / ".device-cache"))
+    tuned = os.environ.get("NORMSCAN_TUNE_EXTENSIONS", "").split()
+    # Each variant's flags apply to the tuned extensions; the others are built once, without
+    # flags. Builds share one cache, where a build's folder is named by a hash of its flags.
+    load = LOAD.format(tuned=tuned)
+    builds = [subprocess.Popen([sys.executable, "-c", load, flags], env=env) for flags in variants]
     for b in builds:
         if b.wait() != 0:
             return 1
     if build_only:
         return 0
     rows = []
-    for flags, env in zip(variants, envs):
+    for flags in variants:
         only = os.environ.get("NORMSCAN_TUNE_CASES", "").split()
         rounds = os.environ.get("NORMSCAN_TUNE_ROUNDS", "3")
-        run = subprocess.run([sys.executable, "-c", TIMING, rounds, *only], env=env, capture_output=True, text=True)
+        training = os.environ.get("NORMSCAN_TUNE_TRAINING", "")
+        run = subprocess.run([sys.executable, "-c", load + TIMING, flags, rounds, training, *only], env=env,
+                             capture_output=True, text=True)
         line = next((l for l in run.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
             print(run.stdout[-3000:], run.stderr[-3000:])

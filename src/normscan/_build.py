@@ -1,9 +1,11 @@
-"""First-use build of the CUDA kernels in ``csrc/``, one extension per kernel family.
+"""First-use build of the CUDA kernels in ``csrc/``: a kernel family's forward and its
+backward are each an extension of their own.
 
-A family (``csrc/<family>/binding.cu`` and the headers it includes) is compiled through
-``load_inline`` when one of its ops first runs, for the current device's architecture
-only, and cached under ``cache_dir()`` in a folder named by the family and a hash of its
-sources, the flags and the toolchain: a change to any of them builds anew, nothing else
+An extension (``csrc/<family>/binding.cu``, or ``backward_binding.cu`` for
+``<family>_backward``, with the headers it includes) is compiled through ``load_inline``
+when it is first used (an op of the family, or its gradient), for the current device's
+architecture only, and cached under ``cache_dir()`` in a folder named by the extension and
+a hash of its sources, the flags and the toolchain: a change to any of them builds anew, nothing else
 does. So a first call builds only what it uses. Concurrent builds serialise on an
 ``flock`` (the kernel drops it when a process dies, so a killed build never leaves a lock
 behind); a build happens in a private folder that is renamed into place only once
@@ -30,8 +32,8 @@ from types import ModuleType
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-# The declarations of every family's entry, compiled by the host compiler into the module
-# that pybind exposes (load_inline's main.cpp); each family's extension binds its own.
+# The declarations of every extension's entry, compiled by the host compiler into the module
+# that pybind exposes (load_inline's main.cpp); each extension binds its own.
 ENTRIES = "entries.h"
 CUDA_FLAGS = ["-O3", "--split-compile=0"]  # the C++ standard is torch's choice
 
@@ -44,6 +46,22 @@ def cuda_flags() -> list[str]:
 def families() -> list[str]:
     """The kernel families: the folders of csrc/ that hold a binding.cu."""
     return sorted(p.parent.name for p in CSRC.glob("*/binding.cu"))
+
+
+BACKWARD = "_backward"  # a family's backward extension: <family>_backward
+
+
+def extensions() -> list[str]:
+    """What is built apart, each on first use: every family's forward (named as the family)
+    and, where csrc/<family>/ has a backward_binding.cu, its backward (<family>_backward)."""
+    return sorted(families() + [f + BACKWARD for f in families() if (CSRC / f / "backward_binding.cu").exists()])
+
+
+def _binding(extension: str) -> str:
+    """The file under csrc/ that an extension compiles."""
+    if extension.endswith(BACKWARD):
+        return f"{extension[:-len(BACKWARD)]}/backward_binding.cu"
+    return f"{extension}/binding.cu"
 
 
 log = logging.getLogger("normscan")
@@ -76,15 +94,14 @@ def expand_source(entry: str, skip: frozenset[str] = frozenset(), seen: set[Path
     return _INCLUDE.sub(inline, text)
 
 
-def family_source(family: str) -> str:
-    """The CUDA source of one family's extension, its headers inlined."""
-    return expand_source(f"{family}/binding.cu")
+def extension_source(extension: str) -> str:
+    """The CUDA source of one extension, its headers inlined."""
+    return expand_source(_binding(extension))
 
 
-def family_entries(family: str) -> list[str]:
-    """The functions a family's extension binds: those csrc/entries.h declares named after it
-    (``reduce_scale``, ``reduce_scale_backward``)."""
-    return re.findall(rf"\b({family}(?:_\w+)?)\(", (CSRC / ENTRIES).read_text())
+def extension_entries(extension: str) -> list[str]:
+    """The function an extension binds: the one csrc/entries.h declares under its name."""
+    return re.findall(rf"\b({extension})\(", (CSRC / ENTRIES).read_text())
 
 
 def entries_source() -> str:
@@ -149,19 +166,19 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _name(family: str, source: str, capability: tuple[int, int]) -> str:
-    """The extension's name and cache folder: the family and the key of what builds it."""
-    return f"normscan_{family}_{build_key(source, capability)}"
+def _name(extension: str, source: str, capability: tuple[int, int]) -> str:
+    """The built module's name and cache folder: the extension and the key of what builds it."""
+    return f"normscan_{extension}_{build_key(source, capability)}"
 
 
-def is_built(family: str) -> bool:
-    """Whether this family's extension for this device, sources and toolchain is in the cache."""
+def is_built(extension: str) -> bool:
+    """Whether this extension for this device, sources and toolchain is in the cache."""
     if not torch.cuda.is_available():
         return False
-    return (cache_dir() / _name(family, family_source(family), arch()) / "COMPLETE").exists()
+    return (cache_dir() / _name(extension, extension_source(extension), arch()) / "COMPLETE").exists()
 
 
-def _compile(name: str, family: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
+def _compile(name: str, extension: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
     from torch.utils import cpp_extension
 
     kwargs = {}
@@ -171,10 +188,10 @@ def _compile(name: str, family: str, source: str, capability: tuple[int, int], f
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"  # this device only
     try:
         return cpp_extension.load_inline(
-            name=name, cpp_sources=[entries_source()], cuda_sources=[source], functions=family_entries(family),
+            name=name, cpp_sources=[entries_source()], cuda_sources=[source], functions=extension_entries(extension),
             extra_cuda_cflags=cuda_flags(), build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
-        raise BuildError(f"normscan: compiling the {family} kernels for sm_{capability[0]}{capability[1]} "
+        raise BuildError(f"normscan: compiling the {extension} kernels for sm_{capability[0]}{capability[1]} "
                          f"failed (build folder {folder}):\n{err}") from err
     finally:
         if saved is None:
@@ -183,17 +200,18 @@ def _compile(name: str, family: str, source: str, capability: tuple[int, int], f
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
-def load(family: str) -> ModuleType:
-    """The compiled extension of one kernel family, building it on first use. Raises
-    BuildError on failure."""
-    module = _modules.get(family)
+def load(extension: str) -> ModuleType:
+    """One compiled extension (a family's name for its forward, ``<family>_backward`` for
+    its backward), built on first use. Raises BuildError on failure."""
+    module = _modules.get(extension)
     if module is not None:
         return module
     with _modules_lock:
-        if family in _modules:
-            return _modules[family]
-        if family not in families():
-            raise ValueError(f"normscan: no kernel family {family!r}; the families are {', '.join(families())}")
+        if extension in _modules:
+            return _modules[extension]
+        if extension not in extensions():
+            raise ValueError(f"normscan: no kernel extension {extension!r}; the extensions are "
+                             f"{', '.join(extensions())}")
         if not torch.cuda.is_available():
             raise RuntimeError("normscan: the CUDA kernels need a CUDA device, and torch sees none "
                                f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
@@ -204,21 +222,21 @@ def load(family: str) -> ModuleType:
                 f"(Ampere, sm_80); {torch.cuda.get_device_name()} is sm_{capability[0]}{capability[1]}. On this GPU, "
                 "use the PyTorch expressions in normscan.reference, or move the tensors to the CPU, where normscan "
                 "computes them.")
-        source = family_source(family)
-        name = _name(family, source, capability)
+        source = extension_source(extension)
+        name = _name(extension, source, capability)
         root = cache_dir()
         final = root / name
         if not (final / "COMPLETE").exists():
             root.mkdir(parents=True, exist_ok=True)
             with _file_lock(root / f"{name}.lock"):
                 if not (final / "COMPLETE").exists():
-                    _modules[family] = _build_into(name, family, source, capability, root, final)
-                    return _modules[family]
-        _modules[family] = _import_built(name, final)
-        return _modules[family]
+                    _modules[extension] = _build_into(name, extension, source, capability, root, final)
+                    return _modules[extension]
+        _modules[extension] = _import_built(name, final)
+        return _modules[extension]
 
 
-def _build_into(name: str, family: str, source: str, capability: tuple[int, int], root: Path,
+def _build_into(name: str, extension: str, source: str, capability: tuple[int, int], root: Path,
                 final: Path) -> ModuleType:
     # Leftovers of builds that were killed: we hold the lock, so nobody else is using them.
     for stale in root.glob(f"{name}.tmp*"):
@@ -228,11 +246,11 @@ def _build_into(name: str, family: str, source: str, capability: tuple[int, int]
     tmp = root / f"{name}.tmp{os.getpid()}"
     tmp.mkdir()
     _ensure_visible_logging()
-    log.info("building the %s kernels for sm_%d%d (first use of that family; this takes a minute or two) in %s",
-             family, capability[0], capability[1], final)
+    log.info("building the %s kernels for sm_%d%d (their first use; this takes a minute or two) in %s",
+             extension, capability[0], capability[1], final)
     start = time.perf_counter()
-    module = _compile(name, family, source, capability, tmp)
+    module = _compile(name, extension, source, capability, tmp)
     (tmp / "COMPLETE").write_text(f"{time.perf_counter() - start:.1f} s\n")
     os.replace(tmp, final)
-    log.info("built the %s kernels in %.1f s", family, time.perf_counter() - start)
+    log.info("built the %s kernels in %.1f s", extension, time.perf_counter() - start)
     return module

@@ -88,7 +88,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
         grad = _like(grad, dx)  # a gradient laid out unlike x (rows are then its contiguous runs)
         vg = view.fold(grad, dx, dim)
     weight_grad = param_grads and weight is not None
-    ext = _build.load("reduce_scale")
+    ext = _build.load("reduce_scale_backward")
     done, part = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, vg.x_so, eps)
     if not done:
         return None

@@ -145,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         for family in dict.fromkeys(REGISTRY[e.op].family.name for e in chosen):
             _build.load(family)  # build (with its progress lines) before anything is timed
+            if args.training and family + _build.BACKWARD in _build.extensions():
+                _build.load(family + _build.BACKWARD)
     uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None) if device == "cuda" else None
     with DeviceLog(str(uuid) if uuid else None, enabled=device == "cuda") as log:
         copy_gbs = timing.copy_bandwidth(args.repeat, device)

@@ -55,12 +55,13 @@ def facts() -> list[tuple[str, str]]:
     else:
         rows += [("device", "no CUDA device visible to torch")]
     rows += [("cache folder", str(_build.cache_dir()))]
-    for family in _build.families():
+    for extension in _build.extensions():
         if not cuda:
             state = "no: the CUDA kernels cannot be built or run here (no CUDA device); CPU tensors use the reference"
         else:
-            state = "yes" if _build.is_built(family) else "no (built on first use of one of its ops)"
-        rows.append((f"{family} kernels built", state))
+            use = "a gradient through one of its ops" if extension.endswith(_build.BACKWARD) else "one of its ops"
+            state = "yes" if _build.is_built(extension) else f"no (built on first use of {use})"
+        rows.append((f"{extension} kernels built", state))
     return rows
 
 

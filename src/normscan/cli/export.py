@@ -111,9 +111,8 @@ def strip_comments(source: str) -> str:
 def cuda_source(spec) -> str:
     """The op's family's extension source with the op alone in its list (the file compiles its
     kernels only), float32 forward kernels only, without the fp16 header."""
-    head = f"#define NORMSCAN_FLOAT32_ONLY\n#define NORMSCAN_FORWARD_ONLY\n#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n"
-    skip = frozenset({"device/half.cuh"} | {str(p.relative_to(_build.CSRC)) for p in _build.CSRC.glob("*/backward*.cuh")})
-    return strip_comments(head + _build.expand_source(f"{spec.family.name}/binding.cu", skip=skip))
+    head = f"#define NORMSCAN_FLOAT32_ONLY\n#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n"
+    return strip_comments(head + _build.expand_source(f"{spec.family.name}/binding.cu", skip=frozenset({"device/half.cuh"})))
 
 
 def solution(problem: Problem) -> str:

@@ -55,6 +55,16 @@ inline void check_reach(const at::Tensor& t, int64_t so, int64_t sl, int64_t si,
               name, "'s storage");
 }
 
+// A weight or bias: none, or a contiguous tensor of `length` elements, x's dtype and device.
+inline void check_param(const at::Tensor& x, const std::optional<at::Tensor>& t, int64_t length,
+                        const char* name = "weight") {
+  if (t) {
+    TORCH_CHECK(t->device() == x.device() && t->scalar_type() == x.scalar_type() && t->is_contiguous() &&
+                    t->numel() == length,
+                "normscan: ", name, " must be a contiguous tensor of ", num(length), " elements, dtype and device of x");
+  }
+}
+
 // The launches' scratch memory, as the dispatchers ask for it (alloc(bytes) -> void*): from
 // torch's caching allocator on the current stream, held until this goes out of scope (the
 // allocator then keeps it for the stream's later work, which runs after the launches).

@@ -1,0 +1,54 @@
+// The reduce-scale family's backward entry (csrc/entries.h), an extension of its own: a
+// forward-only user never builds it, and exported KernelBench files never include it.
+
+#include "../binding.cuh"
+#include "backward_dispatch.cuh"
+
+std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx,
+                                                   const std::optional<at::Tensor>& weight, bool weight_grad,
+                                                   const std::optional<at::Tensor>& dw_part, int64_t op,
+                                                   at::IntArrayRef view, int64_t g_row_stride, double eps) {
+  using namespace normscan;
+  const View v = checked_view(x, dx, view);
+  check_param(x, weight, v.length);
+  TORCH_CHECK(g.device() == x.device() && g.scalar_type() == x.scalar_type(),
+              "normscan: the gradient must have x's dtype and device");
+  check_reach(g, g_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "the gradient");
+  TORCH_CHECK(!weight_grad || weight, "normscan: a weight's gradient needs the weight");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  DeviceInfo d;
+  check_cuda(device_info(&d), "reading the device's properties");
+  bool launched = false;
+  at::Tensor part;
+  NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_backward", [&] {
+    using T = cuda_t<scalar_t>;
+    ReduceScaleBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<T>(*weight) : nullptr,
+                                 nullptr, v, g_row_stride, eps};
+    const bool known = with_reduce_scale_op(op, [&](auto functor) {
+      using Op = decltype(functor);
+      TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
+                  " takes no weight: weight must be None");
+      launched = with_reduce_scale_backward<T, Op>(a, d.major, [&](auto plan) {
+        if (weight_grad) {
+          int64_t slots = 0;
+          check_cuda(plan.slots(v, &slots), "sizing the weight gradient's partial sums");
+          const auto acc = sizeof(acc_t<T>) == 8 ? at::kDouble : at::kFloat;
+          if (dw_part) {
+            TORCH_CHECK(dw_part->is_contiguous() && dw_part->scalar_type() == acc && dw_part->device() == x.device() &&
+                            dw_part->dim() == 2 && dw_part->size(0) == slots && dw_part->size(1) == v.length,
+                        "normscan: dw_part must be a contiguous (", num(slots), ", ", num(v.length), ") tensor of ",
+                        sizeof(acc_t<T>) == 8 ? "float64" : "float32", " on x's device");
+            part = *dw_part;
+          } else {
+            part = at::empty({slots, v.length}, x.options().dtype(acc));
+          }
+          a.dw_part = static_cast<acc_t<T>*>(part.data_ptr());
+        }
+        if (!v.empty()) check_cuda(plan.launch(a, stream), "reduce_scale_backward");
+      });
+    });
+    TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));
+  });
+  return {launched, part};
+}
