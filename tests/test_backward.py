@@ -99,6 +99,20 @@ def test_fused_norm_gradients_within_twice_pytorchs_error(name, dtype):
                           for i in range(3)], dtype, n)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_gradients_of_many_rows_a_block(dtype):
+    """Each kernel (a warp, four warps, a block and a cluster of 2 a row) visiting several
+    rows a block: rows staged ahead past the first ones, and dw summed over every visit."""
+    spec = REGISTRY["rms_norm"]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    v = 16 // torch.empty((), dtype=dtype).element_size()
+    for vecs, rows in ((128, 256 * sms), (512, 64 * sms), (2048, 16 * sms), (4096, 8 * sms)):
+        x = torch.randn(rows, vecs * v, device="cuda", dtype=dtype)
+        g = torch.randn_like(x)
+        given = _given(spec, vecs * v, dtype)
+        _check(spec, _draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given), dtype, (rows, vecs * v))
+
+
 @pytest.mark.parametrize("dtype", testing.DTYPES)
 @pytest.mark.parametrize("name", [n for n in NORMS if not REGISTRY[n].takes("eps")])
 def test_one_element_rows_of_l2_and_l1_have_a_zero_gradient_to_rounding(name, dtype):

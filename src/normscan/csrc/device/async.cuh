@@ -16,6 +16,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
+// A pipeline of copies: commit closes a group of this thread's copies (an empty one too);
+// wait_groups<N> returns once at most N of its groups are still landing.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait_groups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // A shared-memory barrier (mbarrier) that a subset of the block's threads arrive on and
 // any thread may wait for, while the rest of the block goes on: a phase completes when
@@ -47,5 +53,32 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
       : "memory");
 }
 #undef NORMSCAN_MBARRIER_PROBE
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The same barriers across a thread-block cluster (sm_90): any block of the cluster may arrive
+// on a block's barrier, releasing its earlier writes to the cluster (distributed shared
+// memory too) to whoever waits there. A barrier must be initialised, and the init fenced,
+// before another block can see it (a cluster barrier between).
+__device__ __forceinline__ void mbarrier_init_fence_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Arrives on `bar`, a barrier of this block's, as it lies in the block of rank `rank`.
+__device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, int rank) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(s), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+// mbarrier_wait, acquiring what the cluster's arrivals released.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, unsigned parity) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT:\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra WAIT;\n\t}" ::"r"(s),
+      "r"(parity)
+      : "memory");
+}
+#endif
 
 }  // namespace normscan

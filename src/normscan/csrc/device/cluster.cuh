@@ -3,6 +3,7 @@
 // block is a cluster of one, and NORMSCAN_CLUSTERS is undefined.
 #pragma once
 
+#include "async.cuh"
 #include "reduce.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -45,6 +46,38 @@ template <typename A>
 __device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
   return cluster_reduce<SumOp>(v, slot, csize);
 }
+
+// cluster_reduce for a kernel that reduces once a round, without a cluster barrier: lane r of
+// each block's first warp stores the block's value (every thread has it) into the block's
+// slot in block r and arrives on r's barrier; a block waits only for its own barrier (every
+// value in) and combines its slots in rank order, the same on every block. Two rounds' slots alternate: no block can be two
+// rounds ahead of another, since a round needs every block's value, given before that block
+// reads the round before (the caller's block barrier between, as in block_group_reduce).
+// In shared memory; init(csize) by every thread, then a cluster barrier before the first round.
+template <typename A> struct ClusterRounds {
+  A value[2][kMaxPortableCluster];
+  uint64_t full[2];
+
+  __device__ __forceinline__ void init(int csize) {
+    if (threadIdx.x == 0) {
+      mbarrier_init(&full[0], csize);
+      mbarrier_init(&full[1], csize);
+      mbarrier_init_fence_cluster();
+    }
+  }
+  template <typename Op>
+  __device__ __forceinline__ A reduce(A v, int csize, int crank, unsigned round) {
+    const int p = round & 1;
+    if (threadIdx.x < csize) {
+      *cg::this_cluster().map_shared_rank(&value[p][crank], threadIdx.x) = v;
+      mbarrier_arrive_remote(&full[p], threadIdx.x);
+    }
+    mbarrier_wait_cluster(&full[p], (round >> 1) & 1);
+    A c = Op::template identity<A>();
+    for (int r = 0; r < csize; ++r) c = Op::apply(c, value[p][r]);
+    return c;
+  }
+};
 #endif
 
 }  // namespace normscan

@@ -77,9 +77,6 @@ inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, 
   return cfg;
 }
 
-// Clusters of up to 16 blocks: more than 8 (sm_90's portable limit) is opted into per kernel.
-constexpr int kMaxCluster = 16, kMaxPortableCluster = 8;
-
 // Clusters of `cluster` blocks of `kernel` resident on the device at once (0: such a cluster
 // cannot run at all), measured once per kernel, device and cluster size.
 template <auto kernel>

@@ -23,6 +23,19 @@ struct ProdOp {
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a * b; }
 };
 
+// Two sums taken together (a backward's row statistics), so that a block needs one barrier
+// for both.
+template <typename A> struct SumPair {
+  A a, b;
+};
+struct SumPairOp {
+  static constexpr bool kCostly = false;
+  template <typename P> static __device__ __forceinline__ P identity() { return P{0, 0}; }
+  template <typename A> static __device__ __forceinline__ SumPair<A> apply(SumPair<A> x, SumPair<A> y) {
+    return SumPair<A>{x.a + y.a, x.b + y.b};
+  }
+};
+
 // The maximum m of some values and the sum s of exp(value - m) over them (0 while m is
 // -inf: every value was -inf): a softmax's row statistics, combined across threads.
 template <typename A> struct MaxSum {
@@ -74,6 +87,9 @@ template <typename A> __device__ __forceinline__ MaxSum<A> shfl_xor(MaxSum<A> v,
   return MaxSum<A>{shfl_xor(v.max, o), shfl_xor(v.sum, o)};
 }
 
+template <typename A> __device__ __forceinline__ SumPair<A> shfl_xor(SumPair<A> v, int o) {
+  return SumPair<A>{shfl_xor(v.a, o), shfl_xor(v.b, o)};
+}
 template <typename A> __device__ __forceinline__ MeanM2<A> shfl_xor(MeanM2<A> v, int o) {
   return MeanM2<A>{shfl_xor(v.n, o), shfl_xor(v.mean, o), shfl_xor(v.m2, o)};
 }

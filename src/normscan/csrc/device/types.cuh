@@ -23,6 +23,9 @@ template <typename T> struct Convert {
   }
 };
 
+// Clusters of up to 16 blocks: more than 8 (sm_90's portable limit) is opted into per kernel.
+constexpr int kMaxCluster = 16, kMaxPortableCluster = 8;
+
 // Elements per 16-byte vector.
 template <typename T> __host__ __device__ constexpr int vec16() { return static_cast<int>(16 / sizeof(T)); }
 

@@ -1,18 +1,21 @@
 // Backward of y = x * c(S) [* w], S = sum(map(x)) over rows (inner == 1), held on chip:
 //   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)   (ops.cuh)
 //   dw = sum over rows of g * x * c
-// x and g are read once, dx written once. Each thread keeps the same columns on every row
-// it visits (rows of one launch share their alignment), so it sums its columns' dw in its
-// own shared-memory slots (registers held the weight and dw at 95 registers a thread: two
-// 256-thread blocks a SM, 88% of the byte floor on 65536x1024); at the end the block adds
-// its row groups' sums into its slot of dw_part ([slots][length], one slot a block or
-// cluster); the caller sums the slots in order: the same input gives the same bits. The
-// weight is read where it is used, twice a row, from L1.
+// x and g are read once, dx written once. The grid is persistent: each block (cluster)
+// visits a fixed set of rows. Rows of 16-byte vectors are staged: each thread copies its
+// own vectors of the rows STAGES - 1 visits ahead into shared memory (cp.async; a thread
+// reads only what it copied, so no barrier), and the next rows' loads are in flight while
+// this one is reduced and stored. The weight and each thread's dw of its columns stay in
+// registers: a thread keeps the same columns on every row (rows of one launch share their
+// alignment). At the end the block adds its row groups' dw in group order into its slot of
+// dw_part ([slots][length], one a block or cluster); the caller sums the slots in order:
+// the same input gives the same bits.
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
 #pragma once
 
+#include "../device/async.cuh"
 #include "../device/cluster.cuh"
 #include "../device/memory.cuh"
 #include "ops.cuh"
@@ -30,14 +33,18 @@ template <typename T> struct ReduceScaleBackwardArgs {
   double eps;
 };
 
-template <int BLOCK, int TPR, int NV, int MINB, bool CLUSTER = false> struct BackwardRowsConfig {
-  static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kVecs = NV, kMinBlocks = MINB;
+template <int BLOCK, int TPR, int NV, int MINB, int STAGES, bool CLUSTER = false> struct BackwardRowsConfig {
+  static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kVecs = NV, kMinBlocks = MINB, kStages = STAGES;
   static constexpr int kGroups = BLOCK / TPR;  // rows a block holds at once
   static constexpr bool kCluster = CLUSTER;
   static constexpr int64_t kVecsPerBlock = int64_t(TPR) * NV;  // of one row
-  // Dynamic shared memory: the dw sums of a weighted kernel, NV vectors of V a thread.
+  // Staged: rows of 16-byte vectors (others load straight into registers).
+  template <typename T, int V> static __host__ __device__ constexpr bool staged() { return STAGES > 1 && sizeof(T) * V == 16; }
+  // Dynamic shared memory: the stages of x and g, or the row groups' dw sums at the end.
   template <typename T, int V, bool WEIGHTED> static constexpr size_t smem_bytes() {
-    return WEIGHTED ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
+    const size_t stages = staged<T, V>() ? size_t(STAGES) * 2 * NV * BLOCK * 16 : 0;
+    const size_t sums = WEIGHTED && kGroups > 1 ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
+    return stages > sums ? stages : sums;
   }
 };
 
@@ -47,15 +54,25 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     reduce_scale_backward_rows_kernel(ReduceScaleBackwardArgs<T> a) {
   constexpr int BLOCK = Cfg::kBlock, TPR = Cfg::kThreadsPerRow, NV = Cfg::kVecs, GROUPS = Cfg::kGroups;
   constexpr int WARPS_PER_ROW = TPR / 32;
+  constexpr bool STAGED = Cfg::template staged<T, V>();
+  constexpr int STAGES = STAGED ? Cfg::kStages : 1;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
+  static_assert(!Cfg::kCluster || (TPR == BLOCK && WARPS_PER_ROW > 1), "ClusterRounds needs a block barrier a round");
   using A = acc_t<T>;
   using VT = Vec<T, V>;
-  __shared__ A warp_part[2][2][BLOCK / 32];  // [parity][S or D]: one barrier per sum
-  __shared__ A cta_part[2][2];
+  using Sums = SumPair<A>;  // S and D
+  __shared__ Sums warp_part[2][BLOCK / 32];  // [parity]: one barrier a row
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const WarpPlace me = WarpPlace::of_thread();
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
+#ifdef NORMSCAN_CLUSTERS
+  __shared__ ClusterRounds<Sums> cluster_sums;
+  if (csize > 1) {
+    cluster_sums.init(csize);
+    cg::this_cluster().sync();
+  }
+#endif
   const int64_t n = a.view.length;
   // This block's share of a row, in vectors (the dispatcher checked n % V == 0 and that a
   // row fits: in-row offsets fit 32 bits).
@@ -66,77 +83,100 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   auto col = [&](int k) { return (crank * per_cta + k * TPR + t) * V; };
 
   extern __shared__ uint4 smem[];
-  // This thread's dw sum of element i of its vector k; consecutive threads, consecutive words.
-  A* const dw_sums = reinterpret_cast<A*>(smem);
-  auto dw = [&](int k, int i) -> A& { return dw_sums[(k * V + i) * BLOCK + threadIdx.x]; };
-  if constexpr (WEIGHTED) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-#pragma unroll
-      for (int i = 0; i < V; ++i) dw(k, i) = A(0);
-  }
-
-  // The weight's vector k of this thread (unused without one), and g * w.
-  auto weight = [&](int k) {
-    VT wv;
-    if constexpr (WEIGHTED) wv = load_vec<T, V>(a.w + col(k));
-    return wv;
-  };
-  auto weighted = [](A ga, const VT& wv, int i) {
-    if constexpr (WEIGHTED) return ga * Convert<T>::to_acc(wv.v[i]);
-    return ga;
-  };
+  // Stage s of tensor j (0: x, 1: g), this thread's vector k: consecutive threads, consecutive
+  // 16 bytes.
+  auto slot = [&](int s, int j, int k) { return reinterpret_cast<VT*>(smem + ((s * 2 + j) * NV + k) * BLOCK + threadIdx.x); };
 
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;  // the block's first row group
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
-  int parity = 0;
+  // This thread's copies of its vectors of the row group at `base` into stage s, as one group
+  // (empty past the last row).
+  auto stage_in = [&](int64_t base, int s) {
+    const int64_t row = base + group;
+    if (row < a.view.outer) {
+      const T* xr = a.x + row * a.view.x_so;
+      const T* gr = a.g + row * a.g_so;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (has(k)) {
+          cp_async16(slot(s, 0, k), xr + col(k));
+          cp_async16(slot(s, 1, k), gr + col(k));
+        }
+    }
+    cp_async_commit();
+  };
+  if constexpr (STAGED) {
+#pragma unroll
+    for (int s = 0; s + 1 < STAGES; ++s) stage_in(first + s * step, s);
+  }
+  VT wv[NV];  // this thread's weight vectors (unused without one)
+  A dw[NV][V];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    if constexpr (WEIGHTED) {
+      if (has(k)) wv[k] = load_vec<T, V>(a.w + col(k));
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) dw[k][i] = A(0);
+  }
+  auto weighted = [&](A ga, int k, int i) {
+    if constexpr (WEIGHTED) return ga * Convert<T>::to_acc(wv[k].v[i]);
+    return ga;
+  };
+
+  unsigned visit = 0;
+  int stage = 0;
   // Every group of the block takes the loop's barriers: it runs while any group has a row.
-  for (int64_t base = first; base < a.view.outer; base += step, parity ^= 1) {
+  for (int64_t base = first; base < a.view.outer; base += step, ++visit) {
     const int64_t row = base + group;
     const bool active = row < a.view.outer;
-    const int64_t r = active ? row : 0;
-    const T* xr = a.x + r * a.view.x_so;
-    const T* gr = a.g + r * a.g_so;
-    T* dxr = a.dx + r * a.view.y_so;
     VT xv[NV], gv[NV];
+    if constexpr (STAGED) {
+      stage_in(base + (STAGES - 1) * step, stage == 0 ? STAGES - 1 : stage - 1);
+      cp_async_wait_groups<STAGES - 1>();  // this row's copies have landed
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (active && has(k)) {
+          xv[k] = *slot(stage, 0, k);
+          gv[k] = *slot(stage, 1, k);
+        }
+      stage = stage + 1 == STAGES ? 0 : stage + 1;
+    } else {
+      const int64_t r = active ? row : 0;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (active && has(k)) {
+          xv[k] = load_vec<T, V>(a.x + r * a.view.x_so + col(k));
+          gv[k] = load_vec<T, V>(a.g + r * a.g_so + col(k));
+        }
+    }
+    Sums sd{A(0), A(0)};
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
-        xv[k] = load_vec<T, V>(xr + col(k));
-        gv[k] = load_vec<T, V>(gr + col(k));
-      }
-    A s = A(0), d = A(0);
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (active && has(k)) {
-        const VT wv = weight(k);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const A xa = Convert<T>::to_acc(xv[k].v[i]);
-          s += Op::map(xa);
-          d += weighted(Convert<T>::to_acc(gv[k].v[i]), wv, i) * xa;
+          sd.a += Op::map(xa);
+          sd.b += weighted(Convert<T>::to_acc(gv[k].v[i]), k, i) * xa;
         }
       }
-    s = block_group_sum<WARPS_PER_ROW>(s, warp_part[parity][0], group * WARPS_PER_ROW, me);
-    d = block_group_sum<WARPS_PER_ROW>(d, warp_part[parity][1], group * WARPS_PER_ROW, me);
+    sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(sd, warp_part[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-    if (csize > 1) {
-      s = cluster_sum(s, &cta_part[parity][0], csize);
-      d = cluster_sum(d, &cta_part[parity][1], csize);
-    }
+    if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
 #endif
-    const A c = Op::scale(s, n, a.eps);
-    const A coef = Op::grad_coef(c, n) * d;
+    const A c = Op::scale(sd.a, n, a.eps);
+    const A coef = Op::grad_coef(c, n) * sd.b;
+    T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
-        const VT wv = weight(k);
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const A xa = Convert<T>::to_acc(xv[k].v[i]), ga = Convert<T>::to_acc(gv[k].v[i]);
-          out[i] = c * weighted(ga, wv, i) + coef * Op::dmap(xa);
-          if constexpr (WEIGHTED) dw(k, i) += ga * xa * c;
+          out[i] = c * weighted(ga, k, i) + coef * Op::dmap(xa);
+          if constexpr (WEIGHTED) dw[k][i] += ga * xa * c;
         }
         if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
@@ -146,19 +186,36 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // each block its own columns).
   if constexpr (WEIGHTED) {
     if (a.dw_part != nullptr) {
-      __syncthreads();
-      if (group == 0) {
-        A* part = a.dw_part + static_cast<int64_t>(blockIdx.x / csize) * n;
+      A* part = a.dw_part + static_cast<int64_t>(blockIdx.x / csize) * n;
+      if constexpr (GROUPS == 1) {
 #pragma unroll
         for (int k = 0; k < NV; ++k)
           if (has(k)) {
 #pragma unroll
-            for (int i = 0; i < V; ++i) {
-              A sum = A(0);
-              for (int j = 0; j < GROUPS; ++j) sum += dw_sums[(k * V + i) * BLOCK + j * TPR + t];
-              part[col(k) + i] = sum;
-            }
+            for (int i = 0; i < V; ++i) part[col(k) + i] = dw[k][i];
           }
+      } else {
+        // Consecutive threads, consecutive words; over the stages, which no copy still fills
+        // (the last ones were empty) and no thread still reads after the barrier.
+        A* const sums = reinterpret_cast<A*>(smem);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < NV; ++k)
+#pragma unroll
+          for (int i = 0; i < V; ++i) sums[(k * V + i) * BLOCK + threadIdx.x] = dw[k][i];
+        __syncthreads();
+        if (group == 0) {
+#pragma unroll
+          for (int k = 0; k < NV; ++k)
+            if (has(k)) {
+#pragma unroll
+              for (int i = 0; i < V; ++i) {
+                A sum = A(0);
+                for (int j = 0; j < GROUPS; ++j) sum += sums[(k * V + i) * BLOCK + j * TPR + t];
+                part[col(k) + i] = sum;
+              }
+            }
+        }
       }
     }
   }

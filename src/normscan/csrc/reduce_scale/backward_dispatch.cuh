@@ -1,21 +1,35 @@
 // Picks the reduce-scale backward kernel and configuration for a view, and launches it.
-// Host only. Kept apart from the forward's dispatch.cuh: exported KernelBench files have
-// no backward.
+// Host only; built into the family's backward extension (backward_binding.cu).
 #pragma once
 
 #include "../device/launch.cuh"
 #include "backward.cuh"
-#include "tuning.cuh"
 
 namespace normscan {
 
-// The configurations (not yet tuned by measurement): x and g held in registers, 4 vectors
-// of each a thread, as the forward's short rows hold x; rows longer than a block of 512
-// threads holds are spread over a cluster of up to 8 (kMaxPortableCluster).
-using BackwardRowsOneWarp = BackwardRowsConfig<256, 32, 4, 4>;
-using BackwardRowsFourWarps = BackwardRowsConfig<256, 128, 4, 4>;
-using BackwardRowsBlock = BackwardRowsConfig<512, 512, 4, 2>;
-using BackwardRowsCluster = BackwardRowsConfig<512, 512, 4, 2, true>;
+#ifndef NORMSCAN_BACKWARD_VECS  // vectors of x (and of g) a thread holds
+#define NORMSCAN_BACKWARD_VECS 4
+#endif
+#ifndef NORMSCAN_BACKWARD_STAGES  // rows a block has in shared memory or on their way (1: none)
+#define NORMSCAN_BACKWARD_STAGES 2
+#endif
+#ifndef NORMSCAN_BACKWARD_BLOCK  // threads a block (a row's) when a block or cluster holds a row
+#define NORMSCAN_BACKWARD_BLOCK 512
+#endif
+#ifndef NORMSCAN_BACKWARD_THREADS_SM  // resident threads a SM asked (the registers a thread has)
+#define NORMSCAN_BACKWARD_THREADS_SM 512
+#endif
+
+// The configurations: a warp, four warps, a block or a cluster of up to 8
+// (kMaxPortableCluster) a row, whichever is the first to hold it.
+template <int BLOCK, int TPR, bool CLUSTER = false>
+using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
+                                        (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
+                                        CLUSTER>;
+using BackwardRowsOneWarp = BackwardRows<256, 32>;
+using BackwardRowsFourWarps = BackwardRows<256, 128>;
+using BackwardRowsBlock = BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK>;
+using BackwardRowsCluster = BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
 
 // One backward kernel with its cluster size, launched on a persistent grid: each row group
 // of it (a slot of dw_part) visits a fixed set of rows, whatever the timing.
