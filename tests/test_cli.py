@@ -2,6 +2,7 @@
 broken pipes, the source commit."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -80,6 +81,18 @@ def test_bench_training_without_gpu_times_the_backward_and_checks_the_gradients(
     for row in rows:  # x and g read, dx written: three tensors' bytes
         assert row["bytes"] == 3 * 4 * row["shape"][0] * row["shape"][1] and row["correct"]
         assert {"normscan", "eager", "compile", "F.rms_norm"} <= set(row["ms"])
+
+
+def test_training_entries_of_every_op_count_their_backwards_bytes():
+    """`bench --training` without --ops: every op's entries, with their byte floors."""
+    from normscan import catalogue
+    entries = catalogue.training_entries(None, [torch.float32, torch.bfloat16])
+    assert {e.op for e in entries} >= {"rms_norm", "l2_normalize", "cumsum", "cumprod", "masked_cumsum"}
+    for e in entries:
+        n, size = math.prod(e.shape), e.dtype.itemsize
+        if e.op == "masked_cumsum":  # the gradient read, dx written, and the bool mask read each way
+            both = e.mode == "forward+backward"
+            assert e.bytes_moved == n * ((4 if both else 2) * size + (2 if both else 1)), e.label
 
 
 @NO_GPU

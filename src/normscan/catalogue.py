@@ -39,9 +39,9 @@ SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((40
 TRAINING_ROW_SHAPES = [(65536, 1024), (32768, 4096), (8192, 8192), (4096, 16384), (1024, 65536)]
 TRAINING_SCAN_SHAPES = [((8192, 32768), 1), ((8192, 32768), 0)]
 # Full-tensor reads and writes the fewest a backward needs: a norm's reads x and the
-# gradient and writes dx; cumsum's reads the gradient and writes dx; cumprod's reads x and
-# the gradient, and writes dx (the forward's output is recomputed, not read).
-BACKWARD_TENSORS = {"reduce_scale": 3, "SumOp": 2, "ProdOp": 3}
+# gradient and writes dx; cumsum's reads the gradient and writes dx (masked, the mask too);
+# cumprod's reads x and the gradient, and writes dx (the forward's output is recomputed).
+BACKWARD_TENSORS = {"reduce_scale": 3, "SumOp": 2, "MaskedSumOp": 2, "ProdOp": 3}
 
 
 def _liger_rms_norm():
@@ -116,7 +116,7 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
         tensors = backward + (2 if mode == "forward+backward" else 0)
-    other_bytes = 1 if spec.takes("mask") else 0  # a bool mask, read
+    other_bytes = (2 if mode == "forward+backward" else 1) if spec.takes("mask") else 0  # a bool mask, read
     return Entry(f"{label} {mode}" if mode != "forward" else label, spec.name, tuple(shape), dtype, dim, kwargs,
                  weight or spec.takes("mask"), baselines, mode, tensors, other_bytes)
 
