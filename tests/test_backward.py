@@ -15,8 +15,9 @@ from normscan.registry import REGISTRY
 pytestmark = pytest.mark.gpu
 
 # The reduce-scale ops with a fused backward: their functors say kFusedBackward = true.
-FUSED = re.findall(r"struct (\w+) \{[^}]*?kFusedBackward = true", (_build.CSRC / "reduce_scale" / "ops.cuh").read_text())
+FUSED = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", (_build.CSRC / "reduce_scale" / "ops.cuh").read_text())
 NORMS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale" and s.functor in FUSED and not s.whole]
+assert FUSED == ["L2NormOp", "L1NormOp", "RmsNormOp"] and len(NORMS) == 3, (FUSED, NORMS)  # parameters, never empty
 # Lengths at each configuration's edges (fp32: 128 vectors a warp, 512 four, 2048 a block,
 # 16384 a cluster of 8), odd ones (scalar kernels), and past what a cluster holds.
 LENGTHS = [1, 3, 130, 512, 513, 2048, 2051, 8192, 8196, 65536, 65540]
