@@ -35,24 +35,23 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
   asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared.b64 state, [%0];\n\t}" ::"r"(s) : "memory");
 }
-// Waits until the phase of the given parity (0 for the first, then 1, 0, ...) completes.
-// sm_90's try_wait lets the thread sleep a while inside each probe (1% faster than
-// test_wait on the look-back scan: NOTES.md).
-#if __CUDA_ARCH__ >= 900
-#define NORMSCAN_MBARRIER_PROBE "mbarrier.try_wait.parity.shared.b64"
-#else
-#define NORMSCAN_MBARRIER_PROBE "mbarrier.test_wait.parity.shared.b64"
-#endif
+// Waits until the phase of the given parity (0 for the first, then 1, 0, ...) completes:
+// PROBE (a test_wait or try_wait of bar, parity) until it says so. sm_90's try_wait lets the
+// thread sleep a while inside each probe (1% faster than test_wait on the look-back scan:
+// NOTES.md).
+#define NORMSCAN_MBARRIER_SPIN(PROBE)                                                       \
+  asm volatile("{\n\t.reg .pred done;\n"                                                  \
+               "WAIT:\n\t" PROBE " done, [%0], %1;\n\t"                                    \
+               "@!done bra WAIT;\n\t}" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), \
+               "r"(parity)                                                                 \
+               : "memory")
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT:\n\t" NORMSCAN_MBARRIER_PROBE " done, [%0], %1;\n\t"
-      "@!done bra WAIT;\n\t}" ::"r"(s),
-      "r"(parity)
-      : "memory");
+#if __CUDA_ARCH__ >= 900
+  NORMSCAN_MBARRIER_SPIN("mbarrier.try_wait.parity.shared.b64");
+#else
+  NORMSCAN_MBARRIER_SPIN("mbarrier.test_wait.parity.shared.b64");
+#endif
 }
-#undef NORMSCAN_MBARRIER_PROBE
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The same barriers across a thread-block cluster (sm_90): any block of the cluster may arrive
@@ -71,14 +70,9 @@ __device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, int rank) 
 }
 // mbarrier_wait, acquiring what the cluster's arrivals released.
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, unsigned parity) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT:\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
-      "@!done bra WAIT;\n\t}" ::"r"(s),
-      "r"(parity)
-      : "memory");
+  NORMSCAN_MBARRIER_SPIN("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64");
 }
 #endif
+#undef NORMSCAN_MBARRIER_SPIN
 
 }  // namespace normscan

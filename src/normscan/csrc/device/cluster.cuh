@@ -50,10 +50,11 @@ __device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
 // cluster_reduce for a kernel that reduces once a round, without a cluster barrier: lane r of
 // each block's first warp stores the block's value (every thread has it) into the block's
 // slot in block r and arrives on r's barrier; a block waits only for its own barrier (every
-// value in) and combines its slots in rank order, the same on every block. Two rounds' slots alternate: no block can be two
-// rounds ahead of another, since a round needs every block's value, given before that block
-// reads the round before (the caller's block barrier between, as in block_group_reduce).
-// In shared memory; init(csize) by every thread, then a cluster barrier before the first round.
+// value in) and combines its slots in rank order, the same on every block. Two rounds' slots
+// alternate: no block can be two rounds ahead of another, since a round needs every block's
+// value, given before that block reads the round before (the caller's block barrier
+// between, as in block_group_reduce). In shared memory; init(csize) by every thread, then a
+// cluster barrier before the first round.
 template <typename A> struct ClusterRounds {
   A value[2][kMaxPortableCluster];
   uint64_t full[2];
