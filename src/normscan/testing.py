@@ -128,10 +128,11 @@ ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (
 # several rows at once, and rows of more parts than blocks (fp32).
 LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (5, 1 << 20), (3, 1 << 22)]
 # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
-# along inner (every dtype), an odd inner the scalar kernels.
-STRIDED = [((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
+# along inner (every dtype), an odd inner the scalar kernels; a few columns along a long dim
+# take several rounds of a cluster's tiles (its last round partly empty).
+STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
            ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
-           ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 5, 7, 9), 0),
+           ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 30001, 3), 1), ((3, 5, 7, 9), 0),
            ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
 VIEWS = {
     "transposed": (lambda x: x.t(), (64, 33), 1),
@@ -295,7 +296,7 @@ def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     for dtype in DTYPES:
         for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
             case(f"rows {shape} {_dt(dtype)}", shape, 1, dtype)
-        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:7]:
+        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:8]:
             case(f"{shape} dim {dim} last {_dt(dtype)}", shape, 1, dtype, view=lambda x, d=dim: x.movedim(d, -1))
     for shape, k in [((4, 6, 7), 2), ((2, 3, 4, 5), 3), ((3, 5), 2), ((2, 8, 33, 65), 2)]:
         case(f"{shape} last {k} dims", shape, k)
@@ -339,7 +340,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         if not quick:  # the longest rows one block holds: 4096 16-byte vectors
             shape = (3, 4096 * 16 // dtype.itemsize)
             out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
-        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:7]:
+        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:8]:
             out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
     for vname, (v, shape, dim) in VIEWS.items():
         out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), dim))
@@ -356,7 +357,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         out.append(Case(f"{op} 0-d weight", op, maker((), torch.float32, dist), 0, with_weight=True))
     for kwargs in _flag_sets(spec):
         # (3, 2**22+5): several look-back rows, each aligned differently.
-        for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((3, (1 << 22) + 5), 1)]:
+        for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, (1 << 22) + 5), 1)]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
                             kwargs))
@@ -364,7 +365,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         out.append(Case(f"{op} broadcast mask (5, 33, 8) dim=1", op, maker((5, 33, 8), torch.float32, dist), 1,
                         mask_dims=(0, 2)))
         for dtype in DTYPES:
-            for shape, dim in [((3, 4097), 1), ((5, 33, 8), 1), ((5, 33, 7), 1), ((2, (1 << 22) + 3), 1)]:
+            for shape, dim in [((3, 4097), 1), ((5, 33, 8), 1), ((5, 33, 7), 1), ((2, 40000, 8), 1), ((2, (1 << 22) + 3), 1)]:
                 d = long_dist if shape[-1] > 1 << 20 else dist
                 out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
                                 maker(shape, dtype, d), dim, float_mask=True))

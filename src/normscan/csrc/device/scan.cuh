@@ -16,6 +16,18 @@ __device__ __forceinline__ A warp_inclusive_scan(A v, int lane) {
   return v;
 }
 
+// Inclusive scans over the lanes of a warp `stride` apart: lane r * stride + c gets lanes c,
+// c + stride, ..., itself combined. Lanes past the last whole group of `stride` get
+// whatever; they give nothing to the others.
+template <typename Op, typename A>
+__device__ __forceinline__ A warp_inclusive_scan_strided(A v, int lane, int stride) {
+  for (int o = stride; o < 32; o <<= 1) {
+    const A n = __shfl_up_sync(kFullMask, v, o);
+    if (lane >= o) v = Op::apply(n, v);
+  }
+  return v;
+}
+
 // Exclusive scan over the warps of a block of WARPS warps. `totals` is shared scratch of
 // WARPS entries. Returns this warp's exclusive prefix; *block_total gets the total.
 // Contains one __syncthreads(); callers separate reuse of `totals` by another barrier.

@@ -12,11 +12,28 @@ inline cudaError_t launch_scan_rows(const ScanArgsFor<T, Op>& a, cudaStream_t st
   return launch_units<scan_rows_kernel<T, Op, V, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), 1, a.view.outer, 0, stream, a);
 }
 
+// A unit a cluster, as many blocks a cluster as fill the device (up to the unit's tiles), at
+// as few rounds as that many take.
 template <typename T, typename Op, typename Cfg, int VI>
-inline cudaError_t launch_scan_strided(const ScanArgsFor<T, Op>& a, cudaStream_t stream) {
-  const int64_t cols = a.view.outer * ceil_div(a.view.inner, Cfg::kBx * VI);
-  return launch_units<scan_strided_kernel<T, Op, Cfg, VI>>(Grid::PerUnit, dim3(Cfg::kBx, Cfg::kBy), 1, cols, 0,
-                                                           stream, a);
+inline cudaError_t launch_scan_strided(const ScanArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream) {
+  constexpr auto kernel = scan_strided_kernel<T, Op, Cfg, VI>;
+  const int cvs = Cfg::column_vectors(a.view.inner, VI);
+  const int64_t units = a.view.outer * ceil_div(ceil_div(a.view.inner, VI), cvs);
+  const int64_t tiles = ceil_div(a.view.length, Cfg::tile_length(cvs));
+  const int64_t fill = int64_t(kScanStridedFill) * d.sms;
+  const size_t smem = Cfg::template smem_bytes<T, VI>(d.major >= 9);
+  int cluster = 1;
+  if (d.major >= 9 && units < fill && tiles > 1) {
+    const int64_t asked = min64(min64(min64(ceil_div(fill, units), tiles), kMaxCluster), Cfg::kPushed / cvs);
+    cluster = static_cast<int>(ceil_div(tiles, ceil_div(tiles, asked)));
+    int64_t fit = 0;
+    for (;; cluster = cluster > kMaxPortableCluster ? kMaxPortableCluster : cluster / 2) {
+      const cudaError_t err = resident_units<kernel>(dim3(Cfg::kBlock), cluster, smem, &fit);
+      if (err != cudaSuccess) return err;
+      if (fit > 0 || cluster == 1) break;
+    }
+  }
+  return launch_units<kernel>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, units, smem, stream, a);
 }
 
 // Whether a masked op's mask elements of each n-element vector of x lie aligned to the n of
@@ -79,8 +96,8 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
     return launch_scan_rows<T, Op, 1, ScanRowsLarge>(a, stream);
   }
   if (a.view.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V))
-    return launch_scan_strided<T, Op, ScanStridedVec, V>(a, stream);
-  return launch_scan_strided<T, Op, ScanStrided, 1>(a, stream);
+    return launch_scan_strided<T, Op, ScanStridedVec, V>(a, d, stream);
+  return launch_scan_strided<T, Op, ScanStrided, 1>(a, d, stream);
 }
 
 }  // namespace normscan

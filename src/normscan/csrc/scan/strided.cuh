@@ -1,40 +1,79 @@
-// Strided scans (inner > 1): threads along inner (coalesced, 16-byte vectors of adjacent
-// columns where the layout allows), each scanning a run of its columns; the runs are
-// joined through shared memory, then carried on.
+// Strided scans (inner > 1): each thread scans a run of consecutive positions of VI adjacent
+// columns (one 16-byte vector when VI > 1: inner contiguous and aligned); the runs are joined
+// by warp shuffles and through shared memory, then carried on.
 //
-// A block is BX threads along inner, each taking VI adjacent columns (one 16-byte vector
-// when VI > 1: inner contiguous and aligned), by BY runs of ITEMS consecutive positions
-// along the scanned dim; it walks the dim in tiles of BY * ITEMS, carrying each column's
-// value.
+// A warp's lanes are runs by column vectors, lane = run * CV + cv, with CV the vectors across
+// inner up to 32: few columns beside the scanned dim (a scan over time of a (batch, time,
+// features) tensor with 2-64 features) fill a warp with runs instead of leaving it idle
+// (32 % CV lanes stay so). A tile is the block's runs back to back. A unit is (outer, CV * VI
+// columns); where units are too few to fill the GPU, a cluster of blocks shares one: in
+// round n rank k takes tile n * csize + k, and each rank pushes its tile's column totals into
+// every rank's shared memory, so that each combines those of the ranks before it.
 #pragma once
 
+#include "../device/cluster.cuh"
 #include "../device/memory.cuh"
+#include "../device/scan.cuh"
 #include "ops.cuh"
 
 namespace normscan {
 
-// A strided scan's shape (the letters above); MINB resident blocks a SM asked of the
-// compiler. tuning.cuh names the ones used.
-template <int BX, int BY, int ITEMS, int MINB> struct ScanStridedConfig {
-  static constexpr int kBx = BX, kBy = BY, kItems = ITEMS, kMinBlocks = MINB;
+// A strided scan's shape: BLOCK threads, ITEMS consecutive positions a run; MINB resident
+// blocks a SM asked of the compiler. tuning.cuh names the ones used.
+template <int BLOCK, int ITEMS, int MINB> struct ScanStridedConfig {
+  static constexpr int kBlock = BLOCK, kItems = ITEMS, kMinBlocks = MINB;
+  // Column vectors across a block (CV above) for `inner` columns taken VI at a time.
+  static __host__ __device__ int column_vectors(int64_t inner, int vi) {
+    const int64_t n = ceil_div(inner, vi);
+    return n < 32 ? static_cast<int>(n) : 32;
+  }
+  // Positions of a tile of CV = cv.
+  static __host__ __device__ int64_t tile_length(int cv) { return int64_t(BLOCK / 32) * (32 / cv) * ITEMS; }
+  // A cluster's ranks times its column vectors (CV) at most: the room for pushed totals.
+  static constexpr int kPushed = 256;
+  // Dynamic shared memory of a block where clusters are: room for every rank's pushed
+  // totals, one size for every launch.
+  template <typename T, int VI> static constexpr size_t smem_bytes(bool clusters) {
+    return clusters ? size_t(2) * kPushed * VI * sizeof(scan_acc_t<T>) : 0;
+  }
 };
 
 template <typename T, typename Op, typename Cfg, int VI>
-__global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_strided_kernel(ScanArgsFor<T, Op> a) {
-  constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems;
+__global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks))) scan_strided_kernel(ScanArgsFor<T, Op> a) {
+  constexpr int WARPS = Cfg::kBlock / 32, ITEMS = Cfg::kItems, COLS = 32 * VI;  // COLS: the most a block takes
   using A = scan_acc_t<T>;
   using VT = Vec<T, VI>;
-  constexpr int64_t TILE = int64_t(BY) * ITEMS;
-  constexpr int COLS = BX * VI;
-  __shared__ A totals[2][BY][COLS];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t tiles_inner = (a.view.inner + COLS - 1) / COLS;
-  const int64_t ncols = a.view.outer * tiles_inner;
-  int parity = 0;
-  for (int64_t col = blockIdx.x; col < ncols; col += gridDim.x) {
-    const int64_t o = col / tiles_inner;
-    const int64_t i = (col % tiles_inner) * COLS + tx * VI;
-    const bool active = i < a.view.inner;  // the whole vector: inner is a multiple of VI
+  __shared__ A wtot[2][WARPS][COLS];  // each warp's column totals, by round parity
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cvs = Cfg::column_vectors(a.view.inner, VI), runs_warp = 32 / cvs;
+  const int col = lane % cvs * VI;  // this thread's first column in its unit
+  const bool lane_used = lane < runs_warp * cvs;
+  const int64_t my_run = int64_t(warp) * runs_warp + lane / cvs;
+  const int64_t tile_len = Cfg::tile_length(cvs);
+  const int64_t units_inner = ceil_div(ceil_div(a.view.inner, VI), cvs);
+  const int64_t units = a.view.outer * units_inner;
+  const int2 place = cluster_place();
+  const int csize = place.x, crank = place.y;
+  const int64_t rounds = ceil_div(ceil_div(a.view.length, tile_len), csize);
+#ifdef NORMSCAN_CLUSTERS
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  A* pushed = reinterpret_cast<A*>(dynamic_smem);  // [2][csize][CV * VI]: each rank's tile totals, by round parity
+  __shared__ uint64_t full[2];  // every other rank's totals are in
+  if (csize > 1) {
+    if (threadIdx.x == 0) {
+      mbarrier_init(&full[0], csize - 1);
+      mbarrier_init(&full[1], csize - 1);
+      mbarrier_init_fence_cluster();
+    }
+    // A block may write another's shared memory only once that block has started.
+    cg::this_cluster().sync();
+  }
+#endif
+  unsigned round = 0;  // this block's, across units: the parity of wtot, pushed and full
+  for (int64_t unit = blockIdx.x / csize; unit < units; unit += gridDim.x / csize) {
+    const int64_t o = unit / units_inner;
+    const int64_t i = (unit % units_inner) * cvs * VI + col;
+    const bool active = lane_used && i < a.view.inner;  // the whole vector: inner is a multiple of VI
     const T* xc = a.x + o * a.view.x_so + (active ? i : 0) * a.view.x_si;
     T* yc = a.y + o * a.view.y_so + (active ? i : 0) * a.view.y_si;
     const auto mc = [&] {  // the mask, laid out as x
@@ -44,18 +83,17 @@ __global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(C
     A carry[VI];
 #pragma unroll
     for (int v = 0; v < VI; ++v) carry[v] = Op::template identity<A>();
-    for (int64_t l0 = 0; l0 < a.view.length; l0 += TILE, parity ^= 1) {
+    for (int64_t n = 0; n < rounds; ++n, ++round) {
+      const int p = round & 1;
+      const int64_t l0 = (n * csize + crank) * tile_len + my_run * ITEMS;  // this thread's first position
       VT vals[ITEMS];
       // The mask elements loaded beside x and applied after every load is issued (applied at
       // each load, each item waited for its mask before the next item's loads).
       LoadedMask<mask_t<Op>, VI> ms[ITEMS] = {};
-      A t[VI];
-#pragma unroll
-      for (int v = 0; v < VI; ++v) t[v] = Op::template identity<A>();
-      const bool whole = kMasked<Op> && active && l0 + (ty + 1) * ITEMS <= a.view.length;  // as rows.cuh's
+      const bool whole = kMasked<Op> && active && l0 + ITEMS <= a.view.length;  // as rows.cuh's
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
-        const int64_t l = l0 + ty * ITEMS + k;
+        const int64_t l = l0 + k;
         if (whole || (active && l < a.view.length)) {
           const int64_t at = (a.reverse ? a.view.length - 1 - l : l) * a.view.x_sl;
           vals[k] = load_vec<T, VI>(xc + at);
@@ -66,42 +104,79 @@ __global__ void __launch_bounds__(Cfg::kBx * Cfg::kBy, (scan_min_blocks<T, Op>(C
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) vals[k] = masked_vec(vals[k], ms[k].values());
       }
+      A t[VI];
+#pragma unroll
+      for (int v = 0; v < VI; ++v) t[v] = Op::template identity<A>();
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
-        const int64_t l = l0 + ty * ITEMS + k;
-        if (active && l < a.view.length) {
+        if (active && l0 + k < a.view.length) {
 #pragma unroll
           for (int v = 0; v < VI; ++v) t[v] = Op::apply(t[v], to_scan<T>(vals[k].v[v]));
         }
       }
-#pragma unroll
-      for (int v = 0; v < VI; ++v) totals[parity][ty][tx * VI + v] = t[v];
-      __syncthreads();
-      A run[VI];
+      // The runs before this one in its warp, then the warp's totals (its last runs' lanes).
+      A ex[VI];
 #pragma unroll
       for (int v = 0; v < VI; ++v) {
-        A before = Op::template identity<A>();
-#pragma unroll
-        for (int j = 0; j < BY; ++j)
-          if (j < ty) before = Op::apply(before, totals[parity][j][tx * VI + v]);
-        run[v] = Op::apply(carry[v], before);
+        const A inc = warp_inclusive_scan_strided<Op>(t[v], lane, cvs);
+        const A up = __shfl_up_sync(kFullMask, inc, cvs);
+        ex[v] = lane < cvs ? Op::template identity<A>() : up;
+        if (lane_used && lane >= (runs_warp - 1) * cvs) wtot[p][warp][col + v] = inc;
       }
+      __syncthreads();
+      A start[VI];  // everything before this run
+#pragma unroll
+      for (int v = 0; v < VI; ++v) {
+        A before = Op::template identity<A>(), total = Op::template identity<A>();
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+          if (w == warp) before = total;
+          total = Op::apply(total, wtot[p][w][col + v]);
+        }
+        if (csize == 1) {  // else the cluster's ranks are combined below
+          start[v] = Op::apply(carry[v], before);
+          carry[v] = Op::apply(carry[v], total);
+        } else {
+          start[v] = before;
+        }
+      }
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) {
+        const int cols = cvs * VI;
+        for (int e = threadIdx.x; e < csize * cols; e += Cfg::kBlock) {
+          const int r = e / cols, c = e % cols;
+          A total = Op::template identity<A>();
+#pragma unroll
+          for (int w = 0; w < WARPS; ++w) total = Op::apply(total, wtot[p][w][c]);
+          *cg::this_cluster().map_shared_rank(&pushed[(p * csize + crank) * cols + c], r) = total;
+        }
+        __syncthreads();  // every push out before the arrivals release them
+        if (threadIdx.x < csize && threadIdx.x != crank) mbarrier_arrive_remote(&full[p], threadIdx.x);
+        mbarrier_wait_cluster(&full[p], (round >> 1) & 1);
+#pragma unroll
+        for (int v = 0; v < VI; ++v) {
+          A before = carry[v];
+          for (int r = 0; r < csize; ++r) {
+            if (r == crank) start[v] = Op::apply(before, start[v]);
+            before = Op::apply(before, pushed[(p * csize + r) * cols + col + v]);
+          }
+          carry[v] = before;
+        }
+      }
+#endif
+#pragma unroll
+      for (int v = 0; v < VI; ++v) start[v] = Op::apply(start[v], ex[v]);
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
-        const int64_t l = l0 + ty * ITEMS + k;
+        const int64_t l = l0 + k;
         if (active && l < a.view.length) {
           VT out;
 #pragma unroll
-          for (int v = 0; v < VI; ++v) run[v] = scan_step<Op, T>(to_scan<T>(vals[k].v[v]), run[v], a.exclusive, true, out.v[v]);
+          for (int v = 0; v < VI; ++v)
+            start[v] = scan_step<Op, T>(to_scan<T>(vals[k].v[v]), start[v], a.exclusive, true, out.v[v]);
           store_vec<T, VI>(yc + (a.reverse ? a.view.length - 1 - l : l) * a.view.y_sl, out);
         }
       }
-      // The tile's totals are read again rather than held (registers): the next tile writes
-      // the other buffer.
-#pragma unroll
-      for (int v = 0; v < VI; ++v)
-#pragma unroll
-        for (int j = 0; j < BY; ++j) carry[v] = Op::apply(carry[v], totals[parity][j][tx * VI + v]);
     }
   }
 }

@@ -34,6 +34,12 @@
 #ifndef NORMSCAN_SCAN_STRIDED_VEC_ITEMS  // the same, when each position is a 16-byte vector
 #define NORMSCAN_SCAN_STRIDED_VEC_ITEMS 8
 #endif
+#ifndef NORMSCAN_SCAN_STRIDED_FILL  // blocks a SM a strided scan's grid gives before it clusters
+#define NORMSCAN_SCAN_STRIDED_FILL 1
+#endif
+#ifndef NORMSCAN_SCAN_STRIDED_MINB  // resident blocks per SM asked of the strided scan
+#define NORMSCAN_SCAN_STRIDED_MINB 2
+#endif
 
 namespace normscan {
 
@@ -60,7 +66,10 @@ constexpr int kLookbackMaxRowsPerSm = 4;
 // ---------------------------------------------------------------- strided (inner > 1)
 // 16-byte vectors of adjacent columns took cumprod dim 0 of 32768x32768 from 3.95 ms (72%
 // of copy) to 3.04 ms (93%).
-using ScanStrided = ScanStridedConfig<32, 8, NORMSCAN_SCAN_STRIDED_ITEMS, 2>;
-using ScanStridedVec = ScanStridedConfig<32, 8, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, 2>;
+using ScanStrided = ScanStridedConfig<256, NORMSCAN_SCAN_STRIDED_ITEMS, NORMSCAN_SCAN_STRIDED_MINB>;
+using ScanStridedVec = ScanStridedConfig<256, NORMSCAN_SCAN_STRIDED_VEC_ITEMS, NORMSCAN_SCAN_STRIDED_MINB>;
+// Units (outer x column tiles) fewer than this many blocks a SM share each unit among the
+// blocks of a cluster.
+constexpr int kScanStridedFill = NORMSCAN_SCAN_STRIDED_FILL;
 
 }  // namespace normscan
