@@ -24,7 +24,7 @@ inline cudaError_t launch_scan_strided(const ScanArgsFor<T, Op>& a, const Device
   const size_t smem = Cfg::template smem_bytes<T, VI>(d.major >= 9);
   int cluster = 1;
   if (d.major >= 9 && units < fill && tiles > 1) {
-    const int64_t asked = min64(min64(min64(ceil_div(fill, units), tiles), kMaxCluster), Cfg::kPushed / cvs);
+    const int64_t asked = min64(min64(ceil_div(fill, units), tiles), kMaxCluster);
     cluster = static_cast<int>(ceil_div(tiles, ceil_div(tiles, asked)));
     int64_t fit = 0;
     for (;; cluster = cluster > kMaxPortableCluster ? kMaxPortableCluster : cluster / 2) {

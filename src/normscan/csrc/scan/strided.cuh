@@ -29,12 +29,10 @@ template <int BLOCK, int ITEMS, int MINB> struct ScanStridedConfig {
   }
   // Positions of a tile of CV = cv.
   static __host__ __device__ int64_t tile_length(int cv) { return int64_t(BLOCK / 32) * (32 / cv) * ITEMS; }
-  // A cluster's ranks times its column vectors (CV) at most: the room for pushed totals.
-  static constexpr int kPushed = 256;
   // Dynamic shared memory of a block where clusters are: room for every rank's pushed
   // totals, one size for every launch.
   template <typename T, int VI> static constexpr size_t smem_bytes(bool clusters) {
-    return clusters ? size_t(2) * kPushed * VI * sizeof(scan_acc_t<T>) : 0;
+    return clusters ? size_t(2) * kMaxCluster * 32 * VI * sizeof(scan_acc_t<T>) : 0;
   }
 };
 
@@ -57,8 +55,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   const int64_t rounds = ceil_div(ceil_div(a.view.length, tile_len), csize);
 #ifdef NORMSCAN_CLUSTERS
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
-  A* pushed = reinterpret_cast<A*>(dynamic_smem);  // [2][csize][CV * VI]: each rank's tile totals, by round parity
-  __shared__ uint64_t full[2];  // every other rank's totals are in
+  A* pushed = reinterpret_cast<A*>(dynamic_smem);  // [2][csize][COLS]: each rank's tile totals, by round parity
+  __shared__ uint64_t full[2];                      // every other rank's totals are in
+  __shared__ A ranks_before[COLS];  // the unit's carry and the ranks' before this one, by column
   if (csize > 1) {
     if (threadIdx.x == 0) {
       mbarrier_init(&full[0], csize - 1);
@@ -80,9 +79,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       if constexpr (kMasked<Op>) return a.mask + (xc - a.x);
       else return nullptr;
     }();
-    A carry[VI];
+    A carry[VI];  // the unit's positions before this round, by column (unclustered)
 #pragma unroll
     for (int v = 0; v < VI; ++v) carry[v] = Op::template identity<A>();
+    A cluster_carry = Op::template identity<A>();  // the same, of column threadIdx.x (clustered)
     for (int64_t n = 0; n < rounds; ++n, ++round) {
       const int p = round & 1;
       const int64_t l0 = (n * csize + crank) * tile_len + my_run * ITEMS;  // this thread's first position
@@ -142,26 +142,35 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       }
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) {
+        // The block's totals into its own slot; then thread r copies them into rank r and
+        // arrives there (the thread whose writes an arrival releases is the one that made them).
         const int cols = cvs * VI;
-        for (int e = threadIdx.x; e < csize * cols; e += Cfg::kBlock) {
-          const int r = e / cols, c = e % cols;
+        if (threadIdx.x < cols) {
           A total = Op::template identity<A>();
 #pragma unroll
-          for (int w = 0; w < WARPS; ++w) total = Op::apply(total, wtot[p][w][c]);
-          *cg::this_cluster().map_shared_rank(&pushed[(p * csize + crank) * cols + c], r) = total;
+          for (int w = 0; w < WARPS; ++w) total = Op::apply(total, wtot[p][w][threadIdx.x]);
+          pushed[(p * csize + crank) * COLS + threadIdx.x] = total;
         }
-        __syncthreads();  // every push out before the arrivals release them
-        if (threadIdx.x < csize && threadIdx.x != crank) mbarrier_arrive_remote(&full[p], threadIdx.x);
+        __syncthreads();
+        if (threadIdx.x < csize && threadIdx.x != crank) {
+          const int r = threadIdx.x;
+          const A* from = &pushed[(p * csize + crank) * COLS];
+          A* to = cg::this_cluster().map_shared_rank(&pushed[(p * csize + crank) * COLS], r);
+          for (int c = 0; c < cols; ++c) to[c] = from[c];
+          mbarrier_arrive_remote(&full[p], r);
+        }
         mbarrier_wait_cluster(&full[p], (round >> 1) & 1);
-#pragma unroll
-        for (int v = 0; v < VI; ++v) {
-          A before = carry[v];
+        if (threadIdx.x < cols) {  // column threadIdx.x's: its thread keeps the unit's carry
+          A before = cluster_carry;
           for (int r = 0; r < csize; ++r) {
-            if (r == crank) start[v] = Op::apply(before, start[v]);
-            before = Op::apply(before, pushed[(p * csize + r) * cols + col + v]);
+            if (r == crank) ranks_before[threadIdx.x] = before;
+            before = Op::apply(before, pushed[(p * csize + r) * COLS + threadIdx.x]);
           }
-          carry[v] = before;
+          cluster_carry = before;
         }
+        __syncthreads();
+#pragma unroll
+        for (int v = 0; v < VI; ++v) start[v] = Op::apply(ranks_before[col + v], start[v]);
       }
 #endif
 #pragma unroll
@@ -179,6 +188,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       }
     }
   }
+#ifdef NORMSCAN_CLUSTERS
+  // No block leaves while another may still write its shared memory.
+  if (csize > 1) cg::this_cluster().sync();
+#endif
 }
 
 }  // namespace normscan
