@@ -42,7 +42,7 @@ for step in $steps; do
     bench) python3 -m normscan bench --out "$dir/bench" 2>&1 | tee "$dir/bench.log" | tail -8 || status=1 ;;
     sweep) python3 -m normscan bench --sweep --repeat 10 --ops l2_normalize l1_normalize rms_norm \
              --out "$dir/sweep_norm" 2>&1 | tee "$dir/sweep_norm.log" | tail -32 || status=1
-           python3 -m normscan bench --sweep --repeat 10 --ops cumprod cumsum --out "$dir/sweep_scan" 2>&1 \
+           python3 -m normscan bench --sweep --repeat 10 --ops cumprod cumsum masked_cumsum --out "$dir/sweep_scan" 2>&1 \
              | tee "$dir/sweep_scan.log" | tail -12 || status=1 ;;
     training) python3 -m normscan bench --training --repeat 10 --rounds 2 --out "$dir/training" 2>&1 \
                 | tee "$dir/training.log" | tail -45 || status=1 ;;
