@@ -5,17 +5,6 @@
 
 namespace normscan {
 
-// Inclusive scan over the lanes of a warp, in lane order.
-template <typename Op, typename A>
-__device__ __forceinline__ A warp_inclusive_scan(A v, int lane) {
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const A n = __shfl_up_sync(kFullMask, v, o);
-    if (lane >= o) v = Op::apply(n, v);
-  }
-  return v;
-}
-
 // Inclusive scans over the lanes of a warp `stride` apart: lane r * stride + c gets lanes c,
 // c + stride, ..., itself combined. Lanes past the last whole group of `stride` get
 // whatever; they give nothing to the others.
@@ -26,6 +15,12 @@ __device__ __forceinline__ A warp_inclusive_scan_strided(A v, int lane, int stri
     if (lane >= o) v = Op::apply(n, v);
   }
   return v;
+}
+
+// Inclusive scan over the lanes of a warp, in lane order.
+template <typename Op, typename A>
+__device__ __forceinline__ A warp_inclusive_scan(A v, int lane) {
+  return warp_inclusive_scan_strided<Op>(v, lane, 1);
 }
 
 // Exclusive scan over the warps of a block of WARPS warps. `totals` is shared scratch of

@@ -18,7 +18,7 @@ template <typename T, typename Op, typename Cfg, int VI>
 inline cudaError_t launch_scan_strided(const ScanArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream) {
   constexpr auto kernel = scan_strided_kernel<T, Op, Cfg, VI>;
   const int cvs = Cfg::column_vectors(a.view.inner, VI);
-  const int64_t units = a.view.outer * ceil_div(ceil_div(a.view.inner, VI), cvs);
+  const int64_t units = a.view.outer * Cfg::units_inner(a.view.inner, VI);
   const int64_t tiles = ceil_div(a.view.length, Cfg::tile_length(cvs));
   const int64_t fill = int64_t(kScanStridedFill) * d.sms;
   const size_t smem = Cfg::template smem_bytes<T, VI>(d.major >= 9);

@@ -27,6 +27,10 @@ template <int BLOCK, int ITEMS, int MINB> struct ScanStridedConfig {
     const int64_t n = ceil_div(inner, vi);
     return n < 32 ? static_cast<int>(n) : 32;
   }
+  // Units (CV * VI columns) across `inner`: a view has outer times as many.
+  static __host__ __device__ int64_t units_inner(int64_t inner, int vi) {
+    return ceil_div(ceil_div(inner, vi), column_vectors(inner, vi));
+  }
   // Positions of a tile of CV = cv.
   static __host__ __device__ int64_t tile_length(int cv) { return int64_t(BLOCK / 32) * (32 / cv) * ITEMS; }
   // Dynamic shared memory of a block where clusters are: room for every rank's pushed
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   const bool lane_used = lane < runs_warp * cvs;
   const int64_t my_run = int64_t(warp) * runs_warp + lane / cvs;
   const int64_t tile_len = Cfg::tile_length(cvs);
-  const int64_t units_inner = ceil_div(ceil_div(a.view.inner, VI), cvs);
+  const int64_t units_inner = Cfg::units_inner(a.view.inner, VI);
   const int64_t units = a.view.outer * units_inner;
   const int2 place = cluster_place();
   const int csize = place.x, crank = place.y;
