@@ -129,11 +129,21 @@ ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (
 LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (5, 1 << 20), (3, 1 << 22)]
 # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
 # along inner (every dtype), an odd inner the scalar kernels; a few columns along a long dim
-# take several rounds of a cluster's tiles (its last round partly empty).
+# take several rounds of a cluster's tiles (its last round partly empty; a scan's 8 columns
+# go to its slab kernel, its 24 below to the clusters).
 STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
            ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
            ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 30001, 3), 1), ((3, 5, 7, 9), 0),
            ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
+# Scans of slabs (csrc/scan/slab.cuh): 2 to 128 columns beside the scanned dim, each
+# dtype's column slots (2, 4 or 8 a vector) and vectors a position (1 to 32), slabs of one
+# to 90 tiles, the last partly full; a slab apart from the next (sliced); slabs of no whole
+# vectors, and enough slabs to fill the GPU (300 of 8 columns): the strided kernel's.
+SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1, 70000, 8), torch.float32),
+               ((2, 1000, 16), torch.float32), ((3, 333, 32), torch.float32), ((2, 100, 64), torch.float32),
+               ((2, 50, 128), torch.float32), ((5, 4000, 2), torch.bfloat16), ((4, 4000, 4), torch.float16),
+               ((2, 2000, 8), torch.bfloat16), ((2, 1000, 128), torch.float16), ((2, 2000, 2), torch.float64),
+               ((2, 300, 64), torch.float64), ((2, 3001, 2), torch.float32), ((300, 40, 8), torch.float32)]
 VIEWS = {
     "transposed": (lambda x: x.t(), (64, 33), 1),
     "sliced": (lambda x: x[:, :-1], (6, 1001), 1),
@@ -357,7 +367,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         out.append(Case(f"{op} 0-d weight", op, maker((), torch.float32, dist), 0, with_weight=True))
     for kwargs in _flag_sets(spec):
         # (3, 2**22+5): several look-back rows, each aligned differently.
-        for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, (1 << 22) + 5), 1)]:
+        for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, 5000, 2), 1),
+                           ((2, 40000, 24), 1), ((3, (1 << 22) + 5), 1)]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
                             kwargs))
@@ -365,11 +376,16 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         out.append(Case(f"{op} broadcast mask (5, 33, 8) dim=1", op, maker((5, 33, 8), torch.float32, dist), 1,
                         mask_dims=(0, 2)))
         for dtype in DTYPES:
-            for shape, dim in [((3, 4097), 1), ((5, 33, 8), 1), ((5, 33, 7), 1), ((2, 40000, 8), 1), ((2, (1 << 22) + 3), 1)]:
+            for shape, dim in [((3, 4097), 1), ((5, 33, 8), 1), ((5, 33, 7), 1), ((2, 40000, 8), 1), ((2, 40000, 24), 1),
+                               ((2, (1 << 22) + 3), 1)]:
                 d = long_dist if shape[-1] > 1 << 20 else dist
                 out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
                                 maker(shape, dtype, d), dim, float_mask=True))
     if is_scan:
+        for shape, dtype in SLAB_SHAPES:
+            out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
+        out.append(Case(f"{op} sliced slabs (3, 5003, 8)[:, :5000] dim=1", op,
+                        maker((3, 5003, 8), torch.float32, dist, view=lambda x: x[:, :5000]), 1))
         # Long rows go to the look-back kernel: only inputs without zeros check the carries
         # across the whole row.
         out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, long_dist), 1))

@@ -60,4 +60,22 @@ template <typename A, int64_t ENTRY> struct LookbackState {
   }
 };
 
+// The same for tiles of `columns` scans side by side (slab scans): an entry a column, a
+// tile's entries adjacent, tiles ENTRY-aligned apart.
+template <typename A, int64_t ENTRY> struct ColumnLookbackState : LookbackState<A, ENTRY> {
+  using Base = LookbackState<A, ENTRY>;
+  int64_t stride;  // elements of A from one tile's entries to the next's
+  __device__ __forceinline__ A* inclusive(int64_t tile, int c) const { return this->entries + tile * stride + 2 * c; }
+  __device__ __forceinline__ A* aggregate(int64_t tile, int c) const { return inclusive(tile, c) + 1; }
+
+  static int64_t tile_bytes(int64_t columns) { return ceil_div(columns * 2 * int64_t(sizeof(A)), ENTRY) * ENTRY; }
+  static int64_t bytes(int64_t tiles, int64_t columns) { return Base::kHeader + tiles * tile_bytes(columns); }
+  static ColumnLookbackState in(void* workspace, int64_t columns) {
+    ColumnLookbackState st;
+    static_cast<Base&>(st) = Base::in(workspace, 0);
+    st.stride = tile_bytes(columns) / static_cast<int64_t>(sizeof(A));
+    return st;
+  }
+};
+
 }  // namespace normscan

@@ -32,9 +32,13 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
 
   __device__ __forceinline__ ScanRow(const T* x_, T* y_, int64_t n_, bool reverse_)
       : x(x_), y(y_), n(n_), s(split_row<T, V>(x_, n_)), reverse(reverse_) {}
-  // Row `row` of a scan's view (its mask's row too, where masked).
+  // Row `row` of a scan's view (its mask's row too, where masked), of n elements: its length,
+  // or a slab's length x inner (slab.cuh).
   template <typename Args> static __device__ __forceinline__ ScanRow of(const Args& a, int64_t row) {
-    ScanRow r(a.x + row * a.view.x_so, a.y + row * a.view.y_so, a.view.length, a.reverse);
+    return of(a, row, a.view.length);
+  }
+  template <typename Args> static __device__ __forceinline__ ScanRow of(const Args& a, int64_t row, int64_t n) {
+    ScanRow r(a.x + row * a.view.x_so, a.y + row * a.view.y_so, n, a.reverse);
     if constexpr (MASKED) r.m = a.mask + row * a.view.x_so;
     return r;
   }

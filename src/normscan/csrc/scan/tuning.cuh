@@ -5,6 +5,7 @@
 
 #include "lookback.cuh"
 #include "rows.cuh"
+#include "slab.cuh"
 #include "strided.cuh"
 
 #ifndef NORMSCAN_SCAN_BLOCK
@@ -27,6 +28,12 @@
 #endif
 #ifndef NORMSCAN_LOOKBACK_ENTRY  // bytes from one tile's look-back entry to the next
 #define NORMSCAN_LOOKBACK_ENTRY 64
+#endif
+#ifndef NORMSCAN_SLAB_VECS  // positions a run in a slab scan's tile (odd)
+#define NORMSCAN_SLAB_VECS 7
+#endif
+#ifndef NORMSCAN_SLAB_MINB  // resident slab-scan blocks per SM asked of the compiler
+#define NORMSCAN_SLAB_MINB 3
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
@@ -62,6 +69,12 @@ using ScanLookback = ScanLookbackConfig<NORMSCAN_LOOKBACK_BLOCK, NORMSCAN_LOOKBA
 // a workspace and its memset are not worth it below this many elements.
 constexpr int64_t kLookbackMinElements = int64_t(1) << 22;
 constexpr int kLookbackMaxRowsPerSm = 4;
+
+// ---------------------------------------------------------------- slabs (inner 2 to 128)
+// The look-back's block, up to 128 columns; 3 blocks a SM: their tiles and column totals
+// (69 KB a block for fp32) do not fit 4.
+using ScanSlab = ScanSlabConfig<NORMSCAN_LOOKBACK_BLOCK, NORMSCAN_SLAB_VECS, NORMSCAN_SLAB_MINB,
+                                NORMSCAN_LOOKBACK_ENTRY, 128>;
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // 16-byte vectors of adjacent columns took cumprod dim 0 of 32768x32768 from 3.95 ms (72%

@@ -1,0 +1,230 @@
+// Slab scans (inner a power of two up to kMaxColumns, each outer's (length, inner) block
+// contiguous): a scan over time of a (batch, time, features) tensor with few features. Each
+// such slab is one flat row whose element e is column e % inner's, cut into tiles spread
+// over the whole GPU and chained, column by column, by a single-pass decoupled look-back,
+// as the look-back row scan chains a row's tiles (lookback.cuh, whose block layout this
+// follows: warp 0 looks back for the older of a block's two tiles while the data warps take
+// in the newer).
+//
+// A tile is copied flat, whole 16-byte vectors and whole lines, into shared memory. There
+// each data thread takes a run of NV consecutive positions of one column vector, lane =
+// run * CV + cv with CV the vectors a position spans (1 where a vector holds V / inner
+// positions): a warp's runs are joined by shuffles over lanes CV apart, its warps through
+// shared memory. The scanned tile is written back in place and stored flat. Element i of a
+// vector is the thread's column slot i % M, M = min(inner, V): column cv * M + i % M.
+// A reverse scan reads the slab backwards, vectors flipped: its columns are then met in
+// reverse order, each still a scan of its own.
+#pragma once
+
+#include "../device/async.cuh"
+#include "../device/lookback.cuh"
+#include "rows.cuh"
+
+namespace normscan {
+
+// A slab scan's shape: BLOCK threads (warp 0 looks back, the rest hold tiles), runs of NV
+// positions (odd: a warp's reads of its runs from shared memory fall in distinct banks),
+// MINB resident blocks a SM asked of the compiler, look-back entries of a tile ENTRY-aligned
+// apart, up to MAXC columns. tuning.cuh names the one used.
+template <int BLOCK, int NV, int MINB, int64_t ENTRY, int MAXC> struct ScanSlabConfig {
+  static_assert(NV % 2 == 1, "runs of an odd number of vectors");
+  static constexpr int kBlock = BLOCK, kVecs = NV, kMinBlocks = MINB, kMaxColumns = MAXC;
+  static constexpr int64_t kTileVecs = int64_t(BLOCK - 32) * NV;  // vectors of a tile
+  static constexpr size_t kSmemBytes = size_t(2) * kTileVecs * 16;  // two tiles
+  template <typename A> using State = ColumnLookbackState<A, ENTRY>;
+  // Column slots of a vector (M above) for `columns` columns of V-element vectors.
+  static __host__ __device__ constexpr int64_t slots(int64_t columns, int v) { return columns < v ? columns : v; }
+};
+
+template <typename T, typename Op, int M, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks)))
+    scan_slab_kernel(ScanArgsFor<T, Op> a, typename Cfg::template State<scan_acc_t<T>> st, int64_t tiles_per_slab) {
+  constexpr int V = vec16<T>(), NV = Cfg::kVecs;
+  constexpr int MAXC = 32 * M < Cfg::kMaxColumns ? 32 * M : Cfg::kMaxColumns;  // CV <= 32
+  using A = scan_acc_t<T>;
+  using VT = Vec<T, V>;
+  constexpr int DATA = Cfg::kBlock - 32, DATA_WARPS = DATA / 32;
+  constexpr int64_t VECS = Cfg::kTileVecs;
+  // By buffer: each data warp's column totals, the tile's, and what comes before the tile.
+  __shared__ A s_wtot[2][DATA_WARPS][MAXC];
+  __shared__ A s_agg[2][MAXC], s_prefix[2][MAXC];
+  __shared__ int64_t s_ticket[2];
+  // Data-thread barriers, a phase a tile: every copy has landed; every warp total is in;
+  // every run is scanned into its slots.
+  __shared__ uint64_t s_landed, s_joined, s_scanned;
+  extern __shared__ uint4 slots[];  // buffer b's vector j of its tile at [b * VECS + j]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
+  const int columns = static_cast<int>(a.view.inner);
+  const int cvs = columns / M, cv = lane % cvs;
+  const int64_t run = int64_t(warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
+  const int64_t tiles = a.view.outer * tiles_per_slab;
+  using Row = ScanRow<T, V, mask_t<Op>>;
+  auto slab_of = [&](int64_t tile) { return Row::of(a, tile / tiles_per_slab, a.view.length * a.view.inner); };
+  auto slot = [&](int b, int64_t j) { return reinterpret_cast<VT*>(&slots[b * VECS + j]); };
+  auto mine = [&](int k) { return (run * NV + k) * cvs + cv; };  // this thread's k-th vector of its run
+  auto held = [&](const Row& r, int b, int64_t j) {  // in scan order
+    VT v = *slot(b, j);
+    if (r.reverse) Row::flip(&v);
+    return v;
+  };
+  // Data warps: start copying `tile` into buffer b, warp-striped.
+  auto stage = [&](int64_t tile, int b) {
+    if (tile >= tiles) return;
+    const Row r = slab_of(tile);
+    const int64_t first = (tile % tiles_per_slab) * VECS, n = min64(r.s.nvec - first, VECS);
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k * DATA + d < n) cp_async16(slot(b, k * DATA + d), r.vec_ptr(first + k * DATA + d));
+  };
+  // Data warps: once buffer b has landed, each run's column totals scanned across its warp
+  // (ex: the runs before it in the warp); the tile's column totals published (its inclusive
+  // prefixes for a slab's first tile), and the next ticket taken into s_ticket[next].
+  unsigned phase = 0;
+  auto take_in = [&](int64_t tile, int b, int next, A(&ex)[M]) {
+    const Row r = slab_of(tile);
+    const int64_t c_idx = tile % tiles_per_slab, first = c_idx * VECS, n = min64(r.s.nvec - first, VECS);
+    cp_async_wait_all();  // only this tile's copies are in flight
+    if constexpr (kMasked<Op>) {  // x times its mask, in place, by the thread that copied it
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * DATA + d < n) {
+          VT* s = slot(b, k * DATA + d);
+          *s = masked_vec(*s, load_vec<mask_t<Op>, V>(r.m + r.vec_start(first + k * DATA + d)));
+        }
+    }
+    mbarrier_arrive(&s_landed);
+    mbarrier_wait(&s_landed, phase);
+    A t[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) t[m] = Op::template identity<A>();
+#pragma unroll 1  // a vector at a time from shared memory: unrolled, 16-bit slabs spilled
+    for (int k = 0; k < NV; ++k)
+      if (mine(k) < n) {
+        const VT v = held(r, b, mine(k));
+#pragma unroll
+        for (int i = 0; i < V; ++i) t[i % M] = Op::apply(t[i % M], to_scan<T>(v.v[i]));
+      }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const A inc = warp_inclusive_scan_strided<Op>(t[m], lane, cvs);
+      const A up = __shfl_up_sync(kFullMask, inc, cvs);
+      ex[m] = lane < cvs ? Op::template identity<A>() : up;
+      if (lane >= 32 - cvs) s_wtot[b][warp - 1][cv * M + m] = inc;
+    }
+    mbarrier_arrive(&s_joined);
+    if (d < columns) {  // column d's thread
+      mbarrier_wait(&s_joined, phase);
+      A total = Op::template identity<A>();
+#pragma unroll
+      for (int w = 0; w < DATA_WARPS; ++w) total = Op::apply(total, s_wtot[b][w][d]);
+      s_agg[b][d] = total;
+      publish(c_idx == 0 ? st.inclusive(tile, d) : st.aggregate(tile, d), total);
+      if (d == 0) s_ticket[next] = st.take_ticket();
+    }
+    phase ^= 1;
+  };
+  // Warp 0: each column's prefix of the slab's tiles before `tile` into s_prefix[b], and the
+  // tile's inclusive prefixes published. A pass takes up to 32 columns (`group`), lane
+  // p * group + c: 32 / group predecessors a step, p the nearer the smaller.
+  auto look_back = [&](int64_t tile, int b) {
+    const int64_t c_idx = tile % tiles_per_slab, tile0 = tile - c_idx;
+    const int group = columns < 32 ? columns : 32, p = lane / group;
+    const unsigned column_lanes = static_cast<unsigned>(0xffffffffull / ((1ull << group) - 1)) << (lane % group);
+    for (int c0 = 0; c0 < columns; c0 += group) {
+      const int c = c0 + lane % group;
+      A prefix = Op::template identity<A>();
+      if (c_idx > 0) {
+        bool found = false;  // column c met an inclusive prefix
+        for (int64_t j = c_idx - 1 - p;; j -= 32 / group) {
+          bool inclusive = true;
+          A v = Op::template identity<A>();
+          if (!found && j >= 0) {
+            A agg;
+            do load_published(st.inclusive(tile0 + j, c), &v, &agg);
+            while (unpublished(v) && unpublished(agg));
+            inclusive = !unpublished(v);
+            if (!inclusive) v = agg;
+          }
+          // Column c's lanes from its nearest inclusive prefix on give nothing.
+          const unsigned stops = __ballot_sync(kFullMask, inclusive) & column_lanes;
+          A s = stops == 0 || lane <= __ffs(stops) - 1 ? v : Op::template identity<A>();
+          for (int o = group; o < 32; o <<= 1) s = Op::apply(s, __shfl_xor_sync(kFullMask, s, o));
+          prefix = Op::apply(s, prefix);
+          found = found || stops != 0;
+          if (__all_sync(kFullMask, found)) break;
+        }
+        if (p == 0) publish(st.inclusive(tile, c), Op::apply(prefix, s_agg[b][c]));
+      }
+      if (p == 0) s_prefix[b][c] = prefix;
+    }
+  };
+  // Data warps: scan buffer b's tile into its slots from each run's start, then store it flat.
+  unsigned scanned = 0;
+  auto scan_out = [&](int64_t tile, int b, const A(&ex)[M]) {
+    const Row r = slab_of(tile);
+    const int64_t first = (tile % tiles_per_slab) * VECS, n = min64(r.s.nvec - first, VECS);
+    A start[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int c = cv * M + m;
+      A before = s_prefix[b][c];
+      for (int w = 0; w < warp - 1; ++w) before = Op::apply(before, s_wtot[b][w][c]);
+      start[m] = Op::apply(before, ex[m]);
+    }
+#pragma unroll 1
+    for (int k = 0; k < NV; ++k)
+      if (mine(k) < n) {
+        const VT v = held(r, b, mine(k));
+        VT out;
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          start[i % M] = scan_step<Op, T>(to_scan<T>(v.v[i]), start[i % M], a.exclusive, true, out.v[i]);
+        if (r.reverse) Row::flip(&out);
+        *slot(b, mine(k)) = out;
+      }
+    mbarrier_arrive(&s_scanned);
+    mbarrier_wait(&s_scanned, scanned);
+    scanned ^= 1;
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (k * DATA + d < n) store_vec<T, V>(r.y + r.vec_start(first + k * DATA + d), *slot(b, k * DATA + d));
+  };
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(&s_landed, DATA);
+    mbarrier_init(&s_joined, DATA);
+    mbarrier_init(&s_scanned, DATA);
+  }
+  if (threadIdx.x == 32) s_ticket[0] = st.take_ticket();
+  __syncthreads();
+  int64_t older = s_ticket[0];
+  A ex_older[M], ex_newer[M];
+  if (warp > 0 && older < tiles) {
+    stage(older, 0);
+    take_in(older, 0, 1, ex_older);
+  }
+  __syncthreads();
+  int64_t newer = older < tiles ? s_ticket[1] : tiles;
+  if (warp > 0) stage(newer, 1);
+  for (int b = 0; older < tiles; b ^= 1) {
+    if (warp == 0) {
+      look_back(older, b);
+    } else if (newer < tiles) {
+      take_in(newer, b ^ 1, b, ex_newer);
+    } else if (d == 0) {
+      s_ticket[b] = tiles;
+    }
+    __syncthreads();
+    const int64_t next = s_ticket[b];
+    if (warp > 0) {
+      scan_out(older, b, ex_older);
+      stage(next, b);  // each thread overwrites only the slots it has just stored
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) ex_older[m] = ex_newer[m];
+    older = newer;
+    newer = next;
+  }
+}
+
+}  // namespace normscan
