@@ -93,6 +93,16 @@ inline cudaError_t launch_scan_slabs(const ScanArgsFor<T, Op>& a, const ScanSlab
                                                             stream, a, st, tiles_per_slab);
 }
 
+// A look-back launch's workspace of `bytes` for `tiles` tiles (at most 2**31 - 1: the
+// tickets), every bit one: nothing published, the ticket counter about to wrap to 0.
+template <typename Alloc>
+inline cudaError_t lookback_workspace(Alloc&& alloc, int64_t tiles, int64_t bytes, cudaStream_t stream, void** out) {
+  if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  *out = alloc(bytes);
+  if (*out == nullptr) return cudaErrorMemoryAllocation;
+  return cudaMemsetAsync(*out, 0xff, bytes, stream);
+}
+
 // alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
 // cannot be had), for the look-back kernel's tile states.
 template <typename T, typename Op, typename Alloc>
@@ -107,12 +117,10 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
     const int64_t tiles_per_row = scan_lookback_tiles_per_row<T, Op>(a, d.sms);
     if (tiles_per_row > 0) {
       const int64_t tiles = a.view.outer * tiles_per_row;
-      if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
-      void* workspace = alloc(State::bytes(tiles));
-      if (workspace == nullptr) return cudaErrorMemoryAllocation;
-      const State st = State::in(workspace, tiles);
-      err = cudaMemsetAsync(workspace, 0xff, State::bytes(tiles), stream);
+      void* workspace = nullptr;
+      err = lookback_workspace(alloc, tiles, State::bytes(tiles), stream, &workspace);
       if (err != cudaSuccess) return err;
+      const State st = State::in(workspace, tiles);
       return launch_units<scan_lookback_kernel<T, Op, V, ScanLookback>>(
           Grid::Persistent, dim3(ScanLookback::kBlock), 1, tiles, ScanLookback::kSmemBytes, stream, a, st,
           tiles_per_row);
@@ -129,11 +137,8 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
   if (tiles_per_slab > 0) {
     using SlabState = ScanSlab::State<scan_acc_t<T>>;
     const int64_t tiles = a.view.outer * tiles_per_slab;
-    if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    const int64_t bytes = SlabState::bytes(tiles, a.view.inner);
-    void* workspace = alloc(bytes);
-    if (workspace == nullptr) return cudaErrorMemoryAllocation;
-    err = cudaMemsetAsync(workspace, 0xff, bytes, stream);
+    void* workspace = nullptr;
+    err = lookback_workspace(alloc, tiles, SlabState::bytes(tiles, a.view.inner), stream, &workspace);
     if (err != cudaSuccess) return err;
     const SlabState st = SlabState::in(workspace, a.view.inner);
     const int64_t slots = ScanSlab::slots(a.view.inner, V);  // 2, 4 or 8, at most V
