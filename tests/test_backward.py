@@ -154,6 +154,99 @@ def test_strided_norms_and_cumprod_take_the_composite():
     assert backward.scan(REGISTRY["cumprod"], g, x, 1, [False, False], False) is None
 
 
+# cumprod's row kernel (csrc/scan/backward.cuh, backward_dispatch.cuh): chunks of 512 vectors
+# (fp32: 2048 elements, 1024 for float64; 256 vectors in the short rows' kernel), rows of up to
+# 2048 chunks. Lengths at the edges of a vector and a chunk, odd ones (the scalar kernel,
+# chunks of 512 elements), several chunks.
+CUMPROD_LENGTHS = [1, 2, 3, 8, 1000, 1025, 2048, 4096, 4097, 4104, 3 * 4096 + 8]
+
+
+def _cumprod_gradients(x, g, dim, flags):
+    """(PyTorch's gradient in x's dtype, float64's) of the reference cumprod."""
+    fn = lambda t, given: reference.in_float32(reference.cumprod)(t, dim, *flags)  # noqa: E731
+    return _grads(fn, x, g, {})[0], _grads(fn, x, g, {}, torch.float64)[0]
+
+
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("dtype", testing.DTYPES)
+def test_cumprod_gradient_over_rows_within_twice_pytorchs_error(dtype, flags):
+    """Into a poisoned dx; "near1" values (zeros one in 10**4) on short rows, "walk" values on
+    long ones (products in range); g read through a transposed layout on one of them."""
+    spec = REGISTRY["cumprod"]
+    for n in CUMPROD_LENGTHS:
+        rows = max(1, min(64, 2**18 // n))
+        x = testing.maker((rows, n), dtype, "near1" if n < 4096 else "walk")("cuda")
+        g = torch.randn(rows, n, device="cuda").to(dtype)
+        if n == 1000:
+            g = torch.randn(n, rows, device="cuda").to(dtype).t()
+        dx = torch.full_like(x, float("nan"))
+        ours = backward.scan(spec, g, x, 1, list(flags), False, dx=dx)
+        assert ours is not None and ours[0] is dx, n
+        theirs, exact = _cumprod_gradients(x, g, 1, flags)
+        error, mismatch = testing.rel_error(dx, exact)
+        bound = testing.NORM_BOUNDS[torch.float64] if dtype == torch.float64 else \
+            max(2 * testing.rel_error(theirs, exact)[0], 2 * testing.UNIT_ROUNDOFF[dtype])
+        assert not mismatch and error <= bound, (dtype, flags, n, error, bound, mismatch)
+
+
+def test_cumprod_gradient_keeps_pytorchs_special_cases():
+    """float64 rows of one and several chunks (1024 elements a chunk): zeros (one, several, at
+    either end, beside a chunk's edge), NaN gradients past a zero (PyTorch masks them), NaN
+    and infinite x; NaN where PyTorch's gradient is NaN, inf where inf, float64's error
+    elsewhere. Every flag."""
+    for n in (12, 5000):
+        x = 1 + 0.1 * torch.randn(10, n, dtype=torch.float64, device="cuda")
+        g = torch.rand(10, n, dtype=torch.float64, device="cuda") + 0.5  # positive: inf, not inf - inf
+        x[1, 5] = 0
+        x[2, 3] = x[2, 7] = x[2, n - 2] = 0
+        x[3, 0] = 0
+        x[4, n - 1] = 0
+        x[5, min(2047, n - 1)] = x[5, min(2048, n - 1)] = 0  # a chunk's edge
+        x[6, 4] = 0
+        g[6, 6] = float("nan")
+        x[7, 2] = x[7, 9] = 0
+        g[7, 10] = float("nan")
+        x[8, 6] = float("nan")
+        x[9, 6] = float("inf")
+        for flags in [(False, False), (True, False), (False, True), (True, True)]:
+            dx = torch.full_like(x, -7.0)
+            assert backward.scan(REGISTRY["cumprod"], g, x, 1, list(flags), False, dx=dx)[0] is dx
+            theirs, _ = _cumprod_gradients(x, g, 1, flags)
+            assert torch.equal(dx == 0, theirs == 0), (n, flags)  # zeros exactly where PyTorch's are
+            error, mismatch = testing.rel_error(dx, theirs)
+            assert not mismatch and error <= testing.NORM_BOUNDS[torch.float64], (n, flags, error, mismatch)
+
+
+def test_cumprod_gradient_takes_the_composite_past_its_rows():
+    """Rows of more than 2048 chunks (fp32: 4M elements), and strided dims."""
+    spec = REGISTRY["cumprod"]
+    x = torch.ones(1, 1024 * 4096 + 4, device="cuda")
+    assert backward.scan(spec, torch.ones_like(x), x, 1, [False, False], False) is None
+    x = torch.randn(300, 7, device="cuda")
+    assert backward.scan(spec, torch.randn_like(x), x, 0, [False, False], False) is None
+
+
+def test_cumprod_backward_runs_in_a_cuda_graph():
+    """The fused gradient has no host synchronisation (PyTorch's own reads whether x has a
+    zero): forward and backward replay in a CUDA graph to eager's gradient."""
+    x = testing.maker((64, 4100), torch.float32, "near1")("cuda").requires_grad_()
+    g = torch.randn(64, 4100, device="cuda")
+    expected, = torch.autograd.grad(normscan.cumprod(x, 1), x, g)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the capture (the builds, the allocator)
+        torch.autograd.grad(normscan.cumprod(x, 1), x, g)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured, = torch.autograd.grad(normscan.cumprod(x, 1), x, g)
+    with torch.no_grad():
+        x.mul_(-1)
+    expected, = torch.autograd.grad(normscan.cumprod(x, 1), x, g)
+    graph.replay()
+    assert torch.equal(captured, expected)
+
+
 @pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_cumsum_gradient_is_the_reverse_scan(flags, dim):
@@ -196,7 +289,8 @@ def test_eager_backward_uses_the_fused_kernels(monkeypatch):
     monkeypatch.setattr(backward, "composite", refuse)
     x = torch.randn(64, 1024, device="cuda", requires_grad=True)
     w = torch.rand(1024, device="cuda", requires_grad=True)
-    (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum()).backward()
+    (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum() +
+     normscan.cumprod(x, 1).sum()).backward()
     assert x.grad is not None and w.grad is not None
 
 

@@ -17,9 +17,10 @@ from normscan.registry import FAMILIES
 
 def test_families_are_csrcs_folders_and_the_registrys():
     assert _build.families() == sorted(FAMILIES)
-    assert _build.extensions() == ["reduce_scale", "reduce_scale_backward", "scan"]
+    assert _build.extensions() == ["reduce_scale", "reduce_scale_backward", "scan", "scan_backward"]
     assert _build.extension_entries("reduce_scale") == ["reduce_scale"]
     assert _build.extension_entries("reduce_scale_backward") == ["reduce_scale_backward"]
+    assert _build.extension_entries("scan_backward") == ["scan_backward"]
 
 
 def test_the_backward_builds_apart_from_the_forward():
@@ -46,7 +47,7 @@ def test_kernels_without_cuda_say_so():
 
 def test_an_unknown_family_is_named():
     with pytest.raises(ValueError, match="no kernel extension 'softmax'; the extensions are reduce_scale, "
-                                         "reduce_scale_backward, scan"):
+                                         "reduce_scale_backward, scan, scan_backward"):
         _build.load("softmax")
 
 

@@ -7,12 +7,16 @@ Fused:
   gradient read once, dx written once; the weight's gradient from per-row-group partial
   sums, added in a fixed order (the same input gives the same bits).
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
-  (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass.
+  (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass. cumprod's, over rows
+  (the scanned dim contiguous) of up to 2048 chunks of 512 vectors (fp32: 4M elements), is
+  a kernel of its own (``scan_backward``, csrc/scan/backward.cuh): a product and an affine
+  reverse scan, no division, PyTorch's special cases for zeros kept; x read twice where a
+  row is more than one chunk (the second read newest chunk first, mostly from L2).
 
-Elsewhere (softmax, log_softmax, layer_norm, cumprod, strided norms, rows longer than a cluster holds,
-and a backward that must itself be differentiable): PyTorch's autograd of the reference at
-the saved inputs (16-bit in float32), which keeps PyTorch's special cases, such as cumprod's
-zeros.
+Elsewhere (softmax, log_softmax, layer_norm, masked_cumsum, cumprod over strided dims, strided
+norms, rows longer than a cluster holds, and a backward that must itself be differentiable):
+PyTorch's autograd of the reference at the saved inputs (16-bit in float32), which keeps
+PyTorch's special cases.
 
 Each returns ``[dx]``, then the gradients of the op's tensor arguments (the weight) when
 ``param_grads``.
@@ -71,6 +75,20 @@ def _like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(like).copy_(t)
 
 
+def _rows(grad, x, dx, dim):
+    """(x's view, the gradient, its row stride) where x and dx are rows along dim (the dim
+    contiguous, nothing inside it), the gradient copied to dx's layout where its rows are not
+    contiguous runs beside x's; None where x and dx are not rows."""
+    v = view.fold(x, dx, dim)
+    if v is None or not (v.inner == 1 and v.x_sl == 1 and v.y_sl == 1):
+        return None
+    vg = view.fold(grad, dx, dim)
+    if vg is None or not (vg.inner == 1 and vg.x_sl == 1 and (v.outer <= 1 or (vg.outer, vg.y_so) == (v.outer, v.y_so))):
+        grad = _like(grad, dx)  # a gradient laid out unlike x (rows are then its contiguous runs)
+        vg = view.fold(grad, dx, dim)
+    return v, grad, vg.x_so
+
+
 def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None) -> list | None:
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
     `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
@@ -80,16 +98,13 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     given = dict(zip(spec.params, args))
     eps, weight = given.get("eps", 0.0), given.get("weight")
     dx = view.output_like(x) if dx is None else dx
-    v = view.fold(x, dx, dim)
-    if v is None or not (v.inner == 1 and v.x_sl == 1 and v.y_sl == 1):
+    rows = _rows(grad, x, dx, dim)
+    if rows is None:
         return None
-    vg = view.fold(grad, dx, dim)
-    if vg is None or not (vg.inner == 1 and vg.x_sl == 1 and (v.outer <= 1 or (vg.outer, vg.y_so) == (v.outer, v.y_so))):
-        grad = _like(grad, dx)  # a gradient laid out unlike x (rows are then its contiguous runs)
-        vg = view.fold(grad, dx, dim)
+    v, grad, g_row_stride = rows
     weight_grad = param_grads and weight is not None
     ext = _build.load("reduce_scale_backward")
-    done, part = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, vg.x_so, eps)
+    done, part = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, g_row_stride, eps)
     if not done:
         return None
     if not weight_grad:
@@ -98,11 +113,19 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
 
 
 def scan(spec, grad, x, dim, args, param_grads, *, dx=None) -> list | None:
-    """cumsum's gradient: the reverse scan of the gradient, into x's layout. None for cumprod."""
-    if spec.functor != "SumOp":
+    """cumsum's gradient (the reverse scan of the gradient) and cumprod's over rows, into x's
+    layout; None elsewhere (masked_cumsum, cumprod over a strided dim or longer rows)."""
+    if spec.functor not in ("SumOp", "ProdOp"):
         return None
     reverse, exclusive = (dict(zip(spec.params, args))[n] for n in ("reverse", "exclusive"))
     dx = view.output_like(x) if dx is None else dx
-    if view.fold(grad, dx, dim) is None:
-        grad = _like(grad, dx)
-    return [spec.launch(grad, dim, not reverse, exclusive, out=dx)]
+    if spec.functor == "SumOp":
+        if view.fold(grad, dx, dim) is None:
+            grad = _like(grad, dx)
+        return [spec.launch(grad, dim, not reverse, exclusive, out=dx)]
+    rows = _rows(grad, x, dx, dim)
+    if rows is None:
+        return None
+    v, grad, g_row_stride = rows
+    done = _build.load("scan_backward").scan_backward(x, grad, dx, spec.op_id, v, g_row_stride, reverse, exclusive)
+    return [dx] if done else None

@@ -29,3 +29,8 @@ std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at
 // strides along the view).
 void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,
           const std::optional<at::Tensor>& mask);
+// cumprod's gradient (op: ProdOp's id), given g = dL/dy of scan's y: dx into dx, laid out as
+// the view's y. g's rows are contiguous, g_row_stride apart. False (nothing written): no
+// fused kernel serves the view (normscan/backward.py then takes PyTorch's gradient).
+bool scan_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, int64_t op, at::IntArrayRef view,
+                   int64_t g_row_stride, bool reverse, bool exclusive);

@@ -83,6 +83,8 @@ struct MeanM2Op {
 constexpr unsigned kFullMask = 0xffffffffu;
 
 template <typename A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(kFullMask, v, o); }
+template <typename A> __device__ __forceinline__ A shfl_down(A v, int o) { return __shfl_down_sync(kFullMask, v, o); }
+template <typename A> __device__ __forceinline__ A shfl_idx(A v, int lane) { return __shfl_sync(kFullMask, v, lane); }
 template <typename A> __device__ __forceinline__ MaxSum<A> shfl_xor(MaxSum<A> v, int o) {
   return MaxSum<A>{shfl_xor(v.max, o), shfl_xor(v.sum, o)};
 }

@@ -38,4 +38,30 @@ __device__ __forceinline__ A block_exclusive_scan_warps(A warp_total, A* totals,
   return warp == 0 ? Op::template identity<A>() : before;
 }
 
+// The same scans from the last lane and the last warp down (a reverse scan over a block
+// whose threads hold the row in order): lane r gets lanes r, r + 1, ..., 31 combined, in lane
+// order (Op::apply(earlier, later)).
+template <typename Op, typename A>
+__device__ __forceinline__ A warp_inclusive_scan_down(A v, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const A n = shfl_down(v, o);
+    if (lane + o < 32) v = Op::apply(v, n);
+  }
+  return v;
+}
+// This warp gets the warps after it combined; *block_total the whole block's. One
+// __syncthreads(), as block_exclusive_scan_warps.
+template <typename Op, int WARPS, typename A>
+__device__ __forceinline__ A block_exclusive_scan_warps_down(A warp_total, A* totals, A* block_total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) totals[warp] = warp_total;
+  __syncthreads();
+  A t = lane < WARPS ? totals[lane] : Op::template identity<A>();
+  t = warp_inclusive_scan_down<Op>(t, lane);
+  *block_total = shfl_idx(t, 0);
+  const A after = shfl_idx(t, (warp + 1) % 32);
+  return warp + 1 == WARPS ? Op::template identity<A>() : after;
+}
+
 }  // namespace normscan

@@ -1,0 +1,32 @@
+// The scan family's backward entry (csrc/entries.h), an extension of its own: a forward-only
+// user never builds it, and exported KernelBench files never include it. cumsum's gradient is
+// the forward's reverse scan (normscan/backward.py); this is cumprod's.
+
+#include "../binding.cuh"
+#include "backward_dispatch.cuh"
+
+bool scan_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, int64_t op, at::IntArrayRef view,
+                   int64_t g_row_stride, bool reverse, bool exclusive) {
+  using namespace normscan;
+  const View v = checked_view(x, dx, view);
+  TORCH_CHECK(g.device() == x.device() && g.scalar_type() == x.scalar_type(),
+              "normscan: the gradient must have x's dtype and device");
+  check_reach(g, g_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "the gradient");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  bool launched = false;
+  NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::scan_backward", [&] {
+    using T = cuda_t<scalar_t>;
+    const bool known = with_scan_op(op, [&](auto functor) {
+      using Op = decltype(functor);
+      TORCH_CHECK((std::is_same<Op, ProdOp>::value), "normscan: scan op ", num(op),
+                  " has no backward kernel (cumsum's gradient is its reverse scan)");
+      if constexpr (std::is_same<Op, ProdOp>::value) {
+        const CumprodBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), v, g_row_stride, reverse, exclusive};
+        check_cuda(launch_cumprod_backward(a, stream, &launched), "scan_backward");
+      }
+    });
+    TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
+  });
+  return launched;
+}
