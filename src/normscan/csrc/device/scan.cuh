@@ -23,24 +23,8 @@ __device__ __forceinline__ A warp_inclusive_scan(A v, int lane) {
   return warp_inclusive_scan_strided<Op>(v, lane, 1);
 }
 
-// Exclusive scan over the warps of a block of WARPS warps. `totals` is shared scratch of
-// WARPS entries. Returns this warp's exclusive prefix; *block_total gets the total.
-// Contains one __syncthreads(); callers separate reuse of `totals` by another barrier.
-template <typename Op, int WARPS, typename A>
-__device__ __forceinline__ A block_exclusive_scan_warps(A warp_total, A* totals, A* block_total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) totals[warp] = warp_total;
-  __syncthreads();
-  A t = lane < WARPS ? totals[lane] : Op::template identity<A>();
-  t = warp_inclusive_scan<Op>(t, lane);
-  *block_total = __shfl_sync(kFullMask, t, WARPS - 1);
-  const A before = __shfl_sync(kFullMask, t, (warp + 31) % 32);
-  return warp == 0 ? Op::template identity<A>() : before;
-}
-
-// The same scans from the last lane and the last warp down (a reverse scan over a block
-// whose threads hold the row in order): lane r gets lanes r, r + 1, ..., 31 combined, in lane
-// order (Op::apply(earlier, later)).
+// The same from the last lane down (a reverse scan over threads that hold a row in order):
+// lane r gets lanes r, r + 1, ..., 31 combined, in lane order (Op::apply(earlier, later)).
 template <typename Op, typename A>
 __device__ __forceinline__ A warp_inclusive_scan_down(A v, int lane) {
 #pragma unroll
@@ -50,18 +34,28 @@ __device__ __forceinline__ A warp_inclusive_scan_down(A v, int lane) {
   }
   return v;
 }
-// This warp gets the warps after it combined; *block_total the whole block's. One
-// __syncthreads(), as block_exclusive_scan_warps.
-template <typename Op, int WARPS, typename A>
-__device__ __forceinline__ A block_exclusive_scan_warps_down(A warp_total, A* totals, A* block_total) {
+
+// Exclusive scan over the warps of a block of WARPS warps. `totals` is shared scratch of
+// WARPS entries. Returns this warp's exclusive prefix (DOWN: the warps after it combined);
+// *block_total gets the total. Contains one __syncthreads(); callers separate reuse of
+// `totals` by another barrier.
+template <typename Op, int WARPS, bool DOWN = false, typename A>
+__device__ __forceinline__ A block_exclusive_scan_warps(A warp_total, A* totals, A* block_total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) totals[warp] = warp_total;
   __syncthreads();
   A t = lane < WARPS ? totals[lane] : Op::template identity<A>();
-  t = warp_inclusive_scan_down<Op>(t, lane);
-  *block_total = shfl_idx(t, 0);
-  const A after = shfl_idx(t, (warp + 1) % 32);
-  return warp + 1 == WARPS ? Op::template identity<A>() : after;
+  if constexpr (DOWN) {
+    t = warp_inclusive_scan_down<Op>(t, lane);
+    *block_total = shfl_idx(t, 0);
+    const A after = shfl_idx(t, (warp + 1) % 32);
+    return warp + 1 == WARPS ? Op::template identity<A>() : after;
+  } else {
+    t = warp_inclusive_scan<Op>(t, lane);
+    *block_total = __shfl_sync(kFullMask, t, WARPS - 1);
+    const A before = __shfl_sync(kFullMask, t, (warp + 31) % 32);
+    return warp == 0 ? Op::template identity<A>() : before;
+  }
 }
 
 }  // namespace normscan

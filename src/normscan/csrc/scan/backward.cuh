@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks) cumprod_backward
         run = ComposeOp::apply(shfl_idx(inc, 0), run);
       }
       F chunk_steps;
-      const F later = ComposeOp::apply(block_exclusive_scan_warps_down<ComposeOp, Chunk::WARPS>(run, steps, &chunk_steps),
+      const F later = ComposeOp::apply(block_exclusive_scan_warps<ComposeOp, Chunk::WARPS, true>(run, steps, &chunk_steps),
                                        carry);
       const A base = ProdOp::apply(before[i], c.warp_prefix);
 #pragma unroll
