@@ -226,6 +226,13 @@ def test_cumprod_gradient_takes_the_composite_past_its_rows():
     assert backward.scan(spec, torch.randn_like(x), x, 0, [False, False], False) is None
 
 
+def test_scan_backward_names_the_ops_it_serves():
+    x = torch.randn(4, 8, device="cuda")
+    with pytest.raises(RuntimeError, match=r"scan op 1 has no backward kernel; scan_backward takes cumprod's \(op 0\)"):
+        _build.load("scan_backward").scan_backward(x, x, torch.empty_like(x), REGISTRY["cumsum"].op_id,
+                                                   view.fold(x, x, 1), 8, False, False)
+
+
 def test_cumprod_backward_runs_in_a_cuda_graph():
     """The fused gradient has no host synchronisation (PyTorch's own reads whether x has a
     zero): forward and backward replay in a CUDA graph to eager's gradient."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from normscan import _build
-from normscan.registry import FAMILIES, REGISTRY
+from normscan.registry import FAMILIES, REGISTRY, _functor_ids
 
 from conftest import NVCC
 
@@ -24,6 +24,8 @@ def test_cuda_op_lists_are_the_registrys():
         declared = {s.functor: s.op_id for s in REGISTRY.values() if s.family is family}
         assert listed == declared, (family.name, listed, declared)
         assert len(set(listed.values())) == len(listed)
+    backward = _functor_ids("scan", "NORMSCAN_SCAN_BACKWARD_OPS")
+    assert backward == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}, backward
 
 
 def _torch_includes(tmp_path: Path) -> list[str]:
@@ -71,8 +73,8 @@ def test_extension_compiles_for_sm80_and_sm90_without_spills(extension, tmp_path
     # Every op in every dtype (a backward: every functor with one): a kernel each, for each arch.
     family = extension.removesuffix(_build.BACKWARD)
     served = [s for s in REGISTRY.values() if s.family.name == family]
-    if extension == "scan_backward":  # cumprod's (cumsum's gradient is the forward's reverse scan)
-        served = ["ProdOp"]
+    if extension == "scan_backward":
+        served = list(_functor_ids("scan", "NORMSCAN_SCAN_BACKWARD_OPS"))
     elif extension != family:
         ops_cuh = (_build.CSRC / family / "ops.cuh").read_text()
         served = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", ops_cuh)

@@ -19,6 +19,8 @@
 
 namespace normscan {
 
+NORMSCAN_OP_VISITOR(with_scan_backward_op, NORMSCAN_SCAN_BACKWARD_OPS)
+
 template <typename T> struct CumprodBackwardArgs {
   const T* x;
   const T* g;  // rows contiguous, g_so apart

@@ -17,16 +17,12 @@ bool scan_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, int
   bool launched = false;
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::scan_backward", [&] {
     using T = cuda_t<scalar_t>;
-    const bool known = with_scan_op(op, [&](auto functor) {
-      using Op = decltype(functor);
-      TORCH_CHECK((std::is_same<Op, ProdOp>::value), "normscan: scan op ", num(op),
-                  " has no backward kernel (cumsum's gradient is its reverse scan)");
-      if constexpr (std::is_same<Op, ProdOp>::value) {
-        const CumprodBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), v, g_row_stride, reverse, exclusive};
-        check_cuda(launch_cumprod_backward(a, stream, &launched), "scan_backward");
-      }
+    const bool known = with_scan_backward_op(op, [&](ProdOp) {
+      const CumprodBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), v, g_row_stride, reverse, exclusive};
+      check_cuda(launch_cumprod_backward(a, stream, &launched), "scan_backward");
     });
-    TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
+    TORCH_CHECK(known, "normscan: scan op ", num(op), " has no backward kernel; scan_backward takes cumprod's (op 0). ",
+                "cumsum's gradient is its forward's reverse scan (normscan/backward.py)");
   });
   return launched;
 }

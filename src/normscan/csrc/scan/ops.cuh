@@ -69,6 +69,10 @@ template <typename T, typename Op> constexpr int scan_min_blocks(int asked) {
 
 NORMSCAN_OP_VISITOR(with_scan_op, NORMSCAN_SCAN_OPS)
 
+// The ops with a backward kernel (scan_backward, backward.cuh), under their ids above:
+// cumprod's. cumsum's gradient is the forward's reverse scan.
+#define NORMSCAN_SCAN_BACKWARD_OPS(X) X(0, ProdOp)
+
 template <typename T> struct ScanAccType { using type = acc_t<T>; };
 template <> struct ScanAccType<float> { using type = double; };
 template <typename T> using scan_acc_t = typename ScanAccType<T>::type;
