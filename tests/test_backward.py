@@ -154,11 +154,12 @@ def test_strided_norms_and_cumprod_take_the_composite():
     assert backward.scan(REGISTRY["cumprod"], g, x, 1, [False, False], False) is None
 
 
-# cumprod's row kernel (csrc/scan/backward.cuh, backward_dispatch.cuh): chunks of 512 vectors
-# (fp32: 2048 elements, 1024 for float64; 256 vectors in the short rows' kernel), rows of up to
-# 2048 chunks. Lengths at the edges of a vector and a chunk, odd ones (the scalar kernel,
-# chunks of 512 elements), several chunks.
-CUMPROD_LENGTHS = [1, 2, 3, 8, 1000, 1025, 2048, 4096, 4097, 4104, 3 * 4096 + 8]
+# cumprod's row kernels (csrc/scan/backward.cuh, backward_dispatch.cuh): rows of up to 128, 256
+# and 1024 vectors held by one block (fp32: 4096 elements, 2048 for float64); longer ones in
+# chunks (fp32: 256 vectors, 1024 elements, up to 4096 of them; others 512 vectors, up to
+# 2048). Lengths at the edges of a vector and a chunk, odd ones (the scalar kernels), several
+# chunks and many (131080: in fp32 arithmetic, rows this long erred 2-3x PyTorch's).
+CUMPROD_LENGTHS = [1, 2, 3, 8, 1000, 1025, 2048, 4096, 4097, 4104, 3 * 4096 + 8, 16 * 8192 + 8, 16 * 8192 + 9]
 
 
 def _cumprod_gradients(x, g, dim, flags):
@@ -190,11 +191,11 @@ def test_cumprod_gradient_over_rows_within_twice_pytorchs_error(dtype, flags):
 
 
 def test_cumprod_gradient_keeps_pytorchs_special_cases():
-    """float64 rows of one and several chunks (1024 elements a chunk): zeros (one, several, at
-    either end, beside a chunk's edge), NaN gradients past a zero (PyTorch masks them), NaN
-    and infinite x; NaN where PyTorch's gradient is NaN, inf where inf, float64's error
-    elsewhere. Every flag."""
-    for n in (12, 5000):
+    """float64 rows held by each of the three blocks and in chunks (1024 elements a chunk):
+    zeros (one, several, at either end, beside a chunk's edge), NaN gradients past a zero
+    (PyTorch masks them), NaN and infinite x; NaN where PyTorch's gradient is NaN, inf where
+    inf, float64's error elsewhere. Every flag."""
+    for n in (12, 300, 2000, 5000):
         x = 1 + 0.1 * torch.randn(10, n, dtype=torch.float64, device="cuda")
         g = torch.rand(10, n, dtype=torch.float64, device="cuda") + 0.5  # positive: inf, not inf - inf
         x[1, 5] = 0

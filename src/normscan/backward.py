@@ -8,10 +8,11 @@ Fused:
   sums, added in a fixed order (the same input gives the same bits).
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
   (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass. cumprod's, over rows
-  (the scanned dim contiguous) of up to 2048 chunks of 512 vectors (fp32: 4M elements), is
-  a kernel of its own (``scan_backward``, csrc/scan/backward.cuh): a product and an affine
-  reverse scan, no division, PyTorch's special cases for zeros kept; x read twice where a
-  row is more than one chunk (the second read newest chunk first, mostly from L2).
+  (the scanned dim contiguous) of up to 4M fp32 elements, is a kernel of its own
+  (``scan_backward``, csrc/scan/backward.cuh): a product and an affine reverse scan, no
+  division, PyTorch's special cases for zeros kept; rows of up to 1024 vectors (fp32: 4096
+  elements) held by a block and read once, longer ones in chunks with x read twice (the
+  second read newest chunk first, partly from L2).
 
 Elsewhere (softmax, log_softmax, layer_norm, masked_cumsum, cumprod over strided dims, strided
 norms, rows longer than a cluster holds, and a backward that must itself be differentiable):

@@ -39,6 +39,14 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   }
 }
 
+// One 16-byte store whatever built the vector: a vector of 16-bit elements permuted at run
+// time (a reverse scan's flip) was otherwise stored 2 bytes at a time.
+template <typename T, int N> __device__ __forceinline__ void store_vec_whole(T* p, const Vec<T, N>& v) {
+  static_assert(sizeof(T) * N == 16, "16-byte vectors");
+  const uint4 r = *reinterpret_cast<const uint4*>(&v);
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+}
+
 // A value another block of this launch wrote, read from L2 (an L1 line may hold an older
 // copy: its neighbours were read before it was written), word by word.
 template <typename S> __device__ __forceinline__ S load_from_l2(const S* p) {

@@ -33,13 +33,18 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
-// N accumulator values rounded to a vector of T, in pairs.
+// N accumulator values rounded to a vector of T, in pairs (16-byte vectors hold 2, 4 or 8
+// elements; scalar kernels take vectors of 1).
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
-  static_assert(N % 2 == 0, "whole pairs: 16-byte vectors hold 2, 4 or 8 elements");
+  static_assert(N == 1 || N % 2 == 0, "whole pairs, or one element");
   Vec<T, N> out;
+  if constexpr (N == 1) {
+    out.v[0] = Convert<T>::from_acc(v[0]);
+  } else {
 #pragma unroll
-  for (int i = 0; i < N; i += 2) Convert<T>::from_acc2(v[i], v[i + 1], &out.v[i]);
+    for (int i = 0; i < N; i += 2) Convert<T>::from_acc2(v[i], v[i + 1], &out.v[i]);
+  }
   return out;
 }
 

@@ -2,27 +2,26 @@
 // the family's backward extension (backward_binding.cu).
 #pragma once
 
+#include <tuple>
+#include <type_traits>
+
 #include "../device/launch.cuh"
 #include "backward.cuh"
 
-#ifndef NORMSCAN_CUMPROD_BACKWARD_VECS  // vectors a thread holds of a chunk
-#define NORMSCAN_CUMPROD_BACKWARD_VECS 2
-#endif
-#ifndef NORMSCAN_CUMPROD_BACKWARD_MINB  // resident blocks a SM asked of the compiler
-#define NORMSCAN_CUMPROD_BACKWARD_MINB 3
-#endif
-
 namespace normscan {
 
-// 256 threads of 2 vectors (fp32 chunks of 2048 elements), 3 blocks a SM, rows of up to 2048
-// chunks; rows of one short chunk take 128 threads. fp32 ms at 8192x32768, 32768x4096,
-// 65536x1024 (H100, NOTES.md): 4 vectors at 2 blocks a SM 2.025, 0.978, 1.639; 2 at 3
-// 2.051, 0.942, 0.795; 1 at 3 2.792, 1.355, 0.663.
-using CumprodBackwardRows = CumprodBackwardConfig<256, NORMSCAN_CUMPROD_BACKWARD_VECS, NORMSCAN_CUMPROD_BACKWARD_MINB, 2048>;
-using CumprodBackwardShortRows = CumprodBackwardConfig<128, NORMSCAN_CUMPROD_BACKWARD_VECS, 2 * NORMSCAN_CUMPROD_BACKWARD_MINB, 1>;
+// Rows of at most 128, 256 and 1024 vectors are held by one block (128 threads of one and two
+// vectors, 256 of four); longer ones, up to 4M fp32 elements, take the chunked kernel: fp32
+// (fp64 arithmetic) one vector a thread at 4 blocks a SM (two at 3 spilled), others two at 3.
+// Measured configurations: NOTES.md.
+using CumprodBackwardHeldRows = std::tuple<CumprodBackwardConfig<128, 1, 8, 1>, CumprodBackwardConfig<128, 2, 6, 1>,
+                                           CumprodBackwardConfig<256, 4, 2, 1>>;
+template <typename T>
+using CumprodBackwardRows = std::conditional_t<std::is_same_v<T, float>, CumprodBackwardConfig<256, 1, 4, 4096>,
+                                               CumprodBackwardConfig<256, 2, 3, 2048>>;
 
-// Whether every row of x, g and dx starts 16-byte aligned and is whole vectors: the kernel
-// reads no unaligned head or tail.
+// Whether every row of x, g and dx starts 16-byte aligned and is whole vectors: the kernels
+// read no unaligned head or tail.
 template <typename T> inline bool whole_vector_rows(const CumprodBackwardArgs<T>& a) {
   constexpr int V = vec16<T>();
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
@@ -31,14 +30,24 @@ template <typename T> inline bool whole_vector_rows(const CumprodBackwardArgs<T>
          (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0));
 }
 
-template <typename T, int V, typename Cfg>
-inline cudaError_t launch_cumprod_backward_rows(const CumprodBackwardArgs<T>& a, cudaStream_t stream) {
-  return launch_units<cumprod_backward_rows_kernel<T, V, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), 1, a.view.outer, 0,
-                                                               stream, a);
+// Rows of nvec vectors of V elements, launched by the first held configuration from I on
+// that holds them, else in chunks.
+template <typename T, int V, size_t I = 0>
+inline cudaError_t launch_cumprod_backward_vectors(const CumprodBackwardArgs<T>& a, int64_t nvec, cudaStream_t stream) {
+  if constexpr (I < std::tuple_size_v<CumprodBackwardHeldRows>) {
+    using Held = std::tuple_element_t<I, CumprodBackwardHeldRows>;
+    if (nvec > Held::kChunkVecs) return launch_cumprod_backward_vectors<T, V, I + 1>(a, nvec, stream);
+    return launch_units<cumprod_backward_held_kernel<T, V, Held>>(Grid::PerUnit, dim3(Held::kBlock), 1, a.view.outer, 0,
+                                                                  stream, a);
+  } else {
+    using Rows = CumprodBackwardRows<T>;
+    return launch_units<cumprod_backward_rows_kernel<T, V, Rows>>(Grid::PerUnit, dim3(Rows::kBlock), 1, a.view.outer, 0,
+                                                                  stream, a);
+  }
 }
 
-// Launches cumprod's gradient over rows; *launched false (nothing done) where the kernel
-// does not serve the view: not rows, or rows of more than kMaxChunks chunks.
+// Launches cumprod's gradient over rows; *launched false (nothing done) where no kernel
+// serves the view: not rows, or rows of more than CumprodBackwardRows' kMaxChunks chunks.
 template <typename T>
 inline cudaError_t launch_cumprod_backward(const CumprodBackwardArgs<T>& a, cudaStream_t stream, bool* launched) {
   constexpr int V = vec16<T>();
@@ -47,15 +56,12 @@ inline cudaError_t launch_cumprod_backward(const CumprodBackwardArgs<T>& a, cuda
   if (!v.rows()) return cudaSuccess;
   const bool vectors = whole_vector_rows(a);
   const int64_t nvec = vectors ? v.length / V : v.length;
-  if (ceil_div(nvec, CumprodBackwardRows::kChunkVecs) > CumprodBackwardRows::kMaxChunks) return cudaSuccess;
+  using Rows = CumprodBackwardRows<T>;
+  if (ceil_div(nvec, Rows::kChunkVecs) > Rows::kMaxChunks) return cudaSuccess;
   *launched = true;
   if (v.empty()) return cudaSuccess;
-  const bool short_rows = nvec <= CumprodBackwardShortRows::kChunkVecs;
-  if (vectors)
-    return short_rows ? launch_cumprod_backward_rows<T, V, CumprodBackwardShortRows>(a, stream)
-                      : launch_cumprod_backward_rows<T, V, CumprodBackwardRows>(a, stream);
-  return short_rows ? launch_cumprod_backward_rows<T, 1, CumprodBackwardShortRows>(a, stream)
-                    : launch_cumprod_backward_rows<T, 1, CumprodBackwardRows>(a, stream);
+  return vectors ? launch_cumprod_backward_vectors<T, V>(a, nvec, stream)
+                 : launch_cumprod_backward_vectors<T, 1>(a, nvec, stream);
 }
 
 }  // namespace normscan

@@ -77,8 +77,8 @@ template <typename T> struct ScanAccType { using type = acc_t<T>; };
 template <> struct ScanAccType<float> { using type = double; };
 template <typename T> using scan_acc_t = typename ScanAccType<T>::type;
 
-template <typename T>
-__device__ __forceinline__ scan_acc_t<T> to_scan(T v) { return static_cast<scan_acc_t<T>>(Convert<T>::to_acc(v)); }
+template <typename T, typename A = scan_acc_t<T>>
+__device__ __forceinline__ A to_scan(T v) { return static_cast<A>(Convert<T>::to_acc(v)); }
 template <typename T>
 __device__ __forceinline__ T from_scan(scan_acc_t<T> v) { return Convert<T>::from_acc(static_cast<acc_t<T>>(v)); }
 
@@ -116,12 +116,12 @@ __device__ __forceinline__ Vec<T, N> masked_vec(Vec<T, N> v, const Vec<M, N>& ms
   return v;
 }
 
-// All N values of a vector combined, in the running value's type.
-template <typename Op, typename T, int N>
-__device__ __forceinline__ scan_acc_t<T> combine(const Vec<T, N>& in) {
-  scan_acc_t<T> t = Op::template identity<scan_acc_t<T>>();
+// All N values of a vector combined, in the running value's type A.
+template <typename Op, typename T, int N, typename A = scan_acc_t<T>>
+__device__ __forceinline__ A combine(const Vec<T, N>& in) {
+  A t = Op::template identity<A>();
 #pragma unroll
-  for (int i = 0; i < N; ++i) t = Op::apply(t, to_scan<T>(in.v[i]));
+  for (int i = 0; i < N; ++i) t = Op::apply(t, to_scan<T, A>(in.v[i]));
   return t;
 }
 

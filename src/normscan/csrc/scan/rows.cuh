@@ -69,14 +69,27 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   }
   __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
     if (reverse) flip(&v);
-    store_vec<T, V>(y + vec_start(j), v);
+    if constexpr (sizeof(T) == 2 && V > 1) store_vec_whole<T, V>(y + vec_start(j), v);
+    else store_vec<T, V>(y + vec_start(j), v);
   }
+  // 16-bit elements are flipped a 32-bit word at a time (the words reversed, each word's
+  // halves swapped): flipped element by element, a vector's store became eight 2-byte ones.
   static __device__ __forceinline__ void flip(Vec<T, V>* v) {
+    if constexpr (sizeof(T) == 2 && V % 2 == 0) {
+      auto* w = reinterpret_cast<unsigned*>(v->v);
 #pragma unroll
-    for (int i = 0; i < V / 2; ++i) {
-      const T t = v->v[i];
-      v->v[i] = v->v[V - 1 - i];
-      v->v[V - 1 - i] = t;
+      for (int i = 0; i < V / 4; ++i) {
+        const unsigned t = w[i];
+        w[i] = __byte_perm(w[V / 2 - 1 - i], 0, 0x1032);
+        w[V / 2 - 1 - i] = __byte_perm(t, 0, 0x1032);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V / 2; ++i) {
+        const T t = v->v[i];
+        v->v[i] = v->v[V - 1 - i];
+        v->v[V - 1 - i] = t;
+      }
     }
   }
   // Running value over the front elements, computed by every caller; `writer` writes them.
@@ -105,9 +118,9 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
 };
 
 // One chunk of BLOCK * NV body vectors held in registers, warp-striped so that loads are
-// coalesced: warp w holds vectors first + w*32*NV + k*32 + lane, k < NV.
-template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
-  using A = scan_acc_t<T>;
+// coalesced: warp w holds vectors first + w*32*NV + k*32 + lane, k < NV. Running values in A.
+template <typename T, typename Op, int V, int BLOCK, int NV, typename A_ = scan_acc_t<T>> struct ScanChunk {
+  using A = A_;
   static constexpr int WARPS = BLOCK / 32;
   static constexpr int64_t VECS = int64_t(BLOCK) * NV;
   Vec<T, V> buf[NV];
@@ -145,7 +158,7 @@ template <typename T, typename Op, int V, int BLOCK, int NV> struct ScanChunk {
     A run = Op::template identity<A>();
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      const A t = index(first, k) < end ? combine<Op>(buf[k]) : Op::template identity<A>();
+      const A t = index(first, k) < end ? combine<Op, T, V, A>(buf[k]) : Op::template identity<A>();
       const A inc = warp_inclusive_scan<Op>(t, lane);
       const A up = __shfl_up_sync(kFullMask, inc, 1);
       pre[k] = Op::apply(run, lane == 0 ? Op::template identity<A>() : up);
