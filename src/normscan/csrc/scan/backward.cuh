@@ -55,8 +55,7 @@ struct ComposeOp {
 // carry a NaN past a zero), and an infinite f.a keeps h's zeros (the identity (1, 0) among
 // them: the parallel scan composes it where a sequential one would not, and inf * 0 would be
 // NaN).
-struct ZeroSafeComposeOp {
-  template <typename P> static __device__ __forceinline__ P identity() { return P{1, 0}; }
+struct ZeroSafeComposeOp : ComposeOp {
   template <typename A> static __device__ __forceinline__ Affine<A> apply(Affine<A> f, Affine<A> h) {
     if (f.a == A(0)) return f;
     return Affine<A>{h.a == A(0) ? A(0) : f.a * h.a, h.b == A(0) ? f.b : f.a * h.b + f.b};
