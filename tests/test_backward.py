@@ -51,7 +51,7 @@ def _fused_into_poison(spec, x, g, dim, given):
     part = None
     if weight is not None:  # the partial sums' shape is the kernel's choice: ask it first
         v = view.fold(x, dx, dim)
-        done, probe = _build.load("reduce_scale_backward").reduce_scale_backward(
+        done, _, probe = _build.load("reduce_scale_backward").reduce_scale_backward(
             x, g, torch.empty_like(dx), weight, True, None, spec.op_id, v, view.fold(g, dx, dim).x_so, given["eps"])
         assert done
         part = torch.full_like(probe, float("nan"))

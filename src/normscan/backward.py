@@ -5,7 +5,8 @@ Fused:
 - ``reduce_scale`` (l2_normalize, l1_normalize, rms_norm and its weight), over rows (the
   reduced dim contiguous) that a block or a thread-block cluster holds on chip: x and the
   gradient read once, dx written once; the weight's gradient from per-row-group partial
-  sums, added in a fixed order (the same input gives the same bits).
+  sums, added in a fixed order in fp64 by a kernel of its own (the same input gives the same
+  bits).
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
   (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass. cumprod's, over rows
   (the scanned dim contiguous) of up to 4M fp32 elements, is a kernel of its own
@@ -105,12 +106,10 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     v, grad, g_row_stride = rows
     weight_grad = param_grads and weight is not None
     ext = _build.load("reduce_scale_backward")
-    done, part = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, g_row_stride, eps)
+    done, dw, _ = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, g_row_stride, eps)
     if not done:
         return None
-    if not weight_grad:
-        return [dx]
-    return [dx, part.sum(0).to(weight.dtype)]
+    return [dx, dw] if weight_grad else [dx]
 
 
 def scan(spec, grad, x, dim, args, param_grads, *, dx=None) -> list | None:

@@ -8,8 +8,8 @@
 // this one is reduced and stored. The weight and each thread's dw of its columns stay in
 // registers: a thread keeps the same columns on every row (rows of one launch share their
 // alignment). At the end the block adds its row groups' dw in group order into its slot of
-// dw_part ([slots][length], one a block or cluster); the caller sums the slots in order:
-// the same input gives the same bits.
+// dw_part ([slots][length], one a block or cluster); reduce_scale_dw_sum_kernel then adds
+// the slots in order: the same input gives the same bits.
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
@@ -223,6 +223,33 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // No block may leave while another can still read its shared memory.
   if (csize > 1) cg::this_cluster().sync();
 #endif
+}
+
+// dw from dw_part ([slots][length]): each column's slots added in fp64 and written in the
+// weight's dtype, one launch (in fp32, the slots of 1000 rows of 37 erred up to 2x PyTorch's
+// own error: NOTES.md). A block takes COLS columns at a time, LANES threads a column, each
+// adding every LANES-th slot in order, then the lanes in order: the same partial sums give
+// the same bits.
+template <typename T, int COLS, int LANES>
+__global__ void __launch_bounds__(COLS * LANES)
+    reduce_scale_dw_sum_kernel(const acc_t<T>* part, int64_t slots, int64_t length, T* dw) {
+  __shared__ double lanes[LANES][COLS];
+  const int c = threadIdx.x % COLS, lane = threadIdx.x / COLS;
+  for (int64_t first = blockIdx.x * int64_t(COLS); first < length; first += gridDim.x * int64_t(COLS)) {
+    const int64_t col = first + c;
+    double sum = 0;
+    if (col < length)
+      for (int64_t k = lane; k < slots; k += LANES) sum += part[k * length + col];
+    lanes[lane][c] = sum;
+    __syncthreads();
+    if (lane == 0 && col < length) {
+      double total = 0;
+#pragma unroll
+      for (int j = 0; j < LANES; ++j) total += lanes[j][c];
+      dw[col] = Convert<T>::from_acc(static_cast<acc_t<T>>(total));
+    }
+    __syncthreads();
+  }
 }
 
 }  // namespace normscan

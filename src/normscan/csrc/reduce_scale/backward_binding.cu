@@ -4,7 +4,7 @@
 #include "../binding.cuh"
 #include "backward_dispatch.cuh"
 
-std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx,
+std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx,
                                                    const std::optional<at::Tensor>& weight, bool weight_grad,
                                                    const std::optional<at::Tensor>& dw_part, int64_t op,
                                                    at::IntArrayRef view, int64_t g_row_stride, double eps) {
@@ -20,7 +20,7 @@ std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at
   DeviceInfo d;
   check_cuda(device_info(&d), "reading the device's properties");
   bool launched = false;
-  at::Tensor part;
+  at::Tensor dw, part;
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_backward", [&] {
     using T = cuda_t<scalar_t>;
     ReduceScaleBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<T>(*weight) : nullptr,
@@ -46,9 +46,14 @@ std::tuple<bool, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at
           a.dw_part = static_cast<acc_t<T>*>(part.data_ptr());
         }
         if (!v.empty()) check_cuda(plan.launch(a, stream), "reduce_scale_backward");
+        if (weight_grad) {
+          dw = at::empty({v.length}, weight->options());
+          check_cuda(launch_dw_sum<T>(a.dw_part, part.size(0), v.length, mutable_data<T>(dw), stream),
+                     "summing the weight gradient's partial sums");
+        }
       });
     });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));
   });
-  return {launched, part};
+  return {launched, dw, part};
 }
