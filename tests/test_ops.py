@@ -329,6 +329,80 @@ def test_eager_call_overhead_is_small():
     assert ours_us < max(eager_us, 30.0)
 
 
+FAST_OPS = [name for name, spec in REGISTRY.items() if spec.fast]
+
+
+def test_the_fast_path_serves_every_op_over_one_dim_but_masked_cumsum():
+    assert FAST_OPS == ["l2_normalize", "l1_normalize", "rms_norm", "softmax", "log_softmax", "cumprod", "cumsum"]
+
+
+def _fast_args(name, x, dim, weight=None, eps=None):
+    """The <family>_contiguous entry's arguments for the op (registry.Family.fast_args)."""
+    spec = REGISTRY[name]
+    given = {"weight": weight, "eps": eps if spec.takes("eps") else 0.0}
+    return (x, dim, spec.op_id, *(given.get(n, False) for n in spec.family.fast_args))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FAST_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_fast_path_gives_the_checked_paths_bits(name, dtype, monkeypatch):
+    """The public function on a contiguous CUDA x never reaches the Python path (view.prepare
+    is made to fail) and gives the checked launch's bits: every rank, dim, flag, eps (None:
+    finfo's), a weight, 0-d and empty tensors."""
+    from normscan import _build
+
+    spec = REGISTRY[name]
+    _build.load(spec.family.name)  # the fast path waits for a first call to load the extension
+    cases = [((5, 33, 7), d) for d in (0, 1, 2, -1, -3)] + [((), 0), ((), -1), ((0, 9), 1), ((3, 0), 1), ((1, 1), 0)]
+    expected = []
+    for shape, dim in cases:
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        length = x.shape[dim] if x.dim() else 1
+        kwargs = [{}]
+        if spec.takes("weight"):
+            kwargs += [{"weight": torch.rand(length, device="cuda", dtype=dtype) + 0.5, "eps": None}, {"eps": 0.25}]
+        if spec.takes("reverse"):
+            kwargs += [{"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}]
+        for k in kwargs:
+            cx, cdim, cargs = spec.checked(x, dim, [k.get(n, spec.defaults.get(n)) for n in spec.params])
+            expected.append((x, dim, k, spec.launch(cx, cdim, *cargs)))
+    monkeypatch.setattr(view, "prepare", lambda *a, **k: pytest.fail("the fast path fell back to view.prepare"))
+    for x, dim, k, checked in expected:
+        y = getattr(normscan, name)(x, dim, **k)
+        assert y.stride() == checked.stride(), (x.shape, dim, k)
+        torch.testing.assert_close(y, checked, rtol=0, atol=0, equal_nan=True, msg=f"{tuple(x.shape)} dim {dim} {k}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FAST_OPS)
+def test_fast_path_declines_what_it_does_not_take(name):
+    """The entry returns None, launching nothing, for anything but the common case; the
+    public function then takes the checked path (its errors: the tests above)."""
+    from normscan import _build
+
+    spec = REGISTRY[name]
+    ext = _build.load(spec.family.name)
+    entry = getattr(ext, f"{spec.family.name}_contiguous")
+    x = torch.randn(6, 40, device="cuda")
+    assert entry(*_fast_args(name, x, 1)) is not None
+    declined = [x.t(), x[:, ::2], x.to(torch.int32), x.cpu()]
+    for bad in declined:
+        assert entry(*_fast_args(name, bad, 1)) is None, (bad.dtype, bad.device, bad.stride())
+    for dim in (2, -3):
+        assert entry(*_fast_args(name, x, dim)) is None
+    needs_grad = x.clone().requires_grad_()
+    assert entry(*_fast_args(name, needs_grad, 1)) is None
+    with torch.no_grad():
+        assert entry(*_fast_args(name, needs_grad, 1)) is not None
+    if spec.takes("weight"):
+        w = torch.rand(40, device="cuda")
+        assert entry(*_fast_args(name, x, 1, w)) is not None
+        for bad in (w.double(), w[:39], w.view(1, 40), torch.rand(80, device="cuda")[::2], w.cpu(),
+                    w.clone().requires_grad_()):
+            assert entry(*_fast_args(name, x, 1, bad)) is None, (bad.shape, bad.dtype, bad.stride(), bad.device)
+
+
 @pytest.mark.gpu
 def test_output_keeps_channels_last_layout():
     x = torch.randn(2, 16, 5, 7, device="cuda").to(memory_format=torch.channels_last)

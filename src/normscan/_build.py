@@ -100,8 +100,9 @@ def extension_source(extension: str) -> str:
 
 
 def extension_entries(extension: str) -> list[str]:
-    """The function an extension binds: the one csrc/entries.h declares under its name."""
-    return re.findall(rf"\b({extension})\(", (CSRC / ENTRIES).read_text())
+    """The functions an extension binds: the one csrc/entries.h declares under its name, and
+    its fast path (``<name>_contiguous``) where it has one."""
+    return re.findall(rf"\b({extension}(?:_contiguous)?)\(", (CSRC / ENTRIES).read_text())
 
 
 def entries_source() -> str:
@@ -198,6 +199,11 @@ def _compile(name: str, extension: str, source: str, capability: tuple[int, int]
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+# The extension if this process has loaded it already, else None (no build, no import): the
+# public functions' fast path (registry.py), which leaves a first call to load().
+loaded = _modules.get
 
 
 def load(extension: str) -> ModuleType:

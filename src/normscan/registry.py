@@ -190,16 +190,19 @@ class Param:
     """An argument after (x, dim) that an op may take, by name."""
     schema: str  # its type in the custom op's schema
     check: Callable  # (spec, name, value, x, dim) -> the kernel's value
+    # What a value must be for the public function's fast path (_public_function), a Python
+    # expression of it ({0}); None: the fast path does not take this parameter.
+    fast: str | None = None
 
 
 PARAMS = {
-    "eps": Param("float", _check_eps),
-    "weight": Param("Tensor?", _check_weight),
+    "eps": Param("float", _check_eps, "({0} is None or type({0}) is float)"),
+    "weight": Param("Tensor?", _check_weight, "({0} is None or type({0}) is _Tensor)"),
     "bias": Param("Tensor?", _check_weight),
-    "reverse": Param("bool", _check_flag),
-    "exclusive": Param("bool", _check_flag),
+    "reverse": Param("bool", _check_flag, "type({0}) is bool"),
+    "exclusive": Param("bool", _check_flag, "type({0}) is bool"),
     # x is converted to it before the op, as torch.softmax's dtype does (None: x's dtype)
-    "dtype": Param("ScalarType?", _check_dtype),
+    "dtype": Param("ScalarType?", _check_dtype, "{0} is None"),
     # masked_cumsum's: x * mask is scanned
     "mask": Param("Tensor", _check_mask),
     # instance_norm's and batch_norm's running statistics (updated in a training step) and
@@ -231,11 +234,14 @@ def _launch_scan(ext, x, y, op: int, fields: View, reverse: bool = False, exclus
 class Family:
     """A kernel family: csrc/<name>/, built into its own extension; `launch` calls its entry
     (csrc/entries.h) with the op's arguments by name; `backward` is its fused gradient
-    (backward.py), None where it has no kernel for the layout."""
+    (backward.py), None where it has no kernel for the layout; `fast_args`, the arguments its
+    fast path (``<name>_contiguous``) takes after (x, dim, op), each with the value an op
+    that has no such parameter passes."""
     name: str
     launch: Callable[..., None]
     ops_macro: str  # the X-macro listing its functors by id in csrc/<name>/ops.cuh
     backward: Callable[..., list | None]
+    fast_args: dict[str, str]
 
     def functor_ids(self) -> dict[str, int]:
         """Functor -> op id, as csrc/<name>/ops.cuh lists them."""
@@ -250,8 +256,9 @@ def _functor_ids(family: str, macro: str) -> dict[str, int]:
 
 
 FAMILIES = {f.name: f for f in [
-    Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS", backward_impl.reduce_scale),
-    Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS", backward_impl.scan)]}
+    Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS", backward_impl.reduce_scale,
+           {"eps": "0.0", "weight": "None"}),
+    Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS", backward_impl.scan, {"reverse": "False", "exclusive": "False"})]}
 
 
 # ---------------------------------------------------------------- ops
@@ -297,6 +304,12 @@ class OpSpec:
     @property
     def grouped(self) -> bool:
         return self.region in GROUPED
+
+    @property
+    def fast(self) -> bool:
+        """Whether the public function has the C++ fast path: an op over one dim whose every
+        parameter the path takes (Param.fast)."""
+        return self.region == "dim" and all(PARAMS[n].fast for n in self.params)
 
     @property
     def has_stats(self) -> bool:
@@ -655,8 +668,16 @@ def _define_custom_op(spec: OpSpec) -> None:
 
 def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature) -> Callable:
     """A function with the stub's exact signature (so Python binds its arguments, with its own
-    errors, at no cost) whose body is spec.call (dim None for a whole-tensor op)."""
-    params, namespace = [], {"_call": spec.call}
+    errors, at no cost) whose body is spec.call (dim None for a whole-tensor op), after the
+    fast path where the op has one (OpSpec.fast).
+
+    The fast path is the eager call's common case whole in C++ (csrc/binding.cuh,
+    contiguous_view): a contiguous CUDA x, arguments of the plain types (Param.fast), no
+    gradient wanted, not compiling, the family's extension loaded. Its entry checks the rest
+    and launches the same kernel, or returns None, and spec.call runs: the answer is the same
+    either way, only the host's time differs (NOTES.md, "Host time a call")."""
+    params, namespace = [], {"_call": spec.call, "_Tensor": torch.Tensor, "_loaded": _build.loaded,
+                             "_compiling": torch.compiler.is_compiling}
     for i, p in enumerate(signature.parameters.values()):
         if p.kind is p.KEYWORD_ONLY and "*" not in params:
             params.append("*")
@@ -667,7 +688,18 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
             params.append(f"{p.name}=_default{i}")
     names = list(signature.parameters)
     call = ", ".join(names if REGIONS[spec.region] else names[:1] + ["None"] + names[1:])
-    source = f"def {spec.name}({', '.join(params)}):\n    return _call({call})\n"
+    source = f"def {spec.name}({', '.join(params)}):\n"
+    if spec.fast:
+        guards = ["type(x) is _Tensor", "x.is_cuda", "type(dim) is int",
+                  *(PARAMS[n].fast.format(n) for n in spec.params), "not _compiling()"]
+        fast_args = ", ".join(n if n in spec.params else neutral for n, neutral in spec.family.fast_args.items())
+        source += (f"    if {' and '.join(guards)}:\n"
+                   f"        ext = _loaded({spec.family.name!r})\n"
+                   f"        if ext is not None:\n"
+                   f"            y = ext.{spec.family.name}_contiguous(x, dim, {spec.op_id}, {fast_args})\n"
+                   f"            if y is not None:\n"
+                   f"                return y\n")
+    source += f"    return _call({call})\n"
     exec(compile(source, f"<normscan.{spec.name}>", "exec"), namespace)
     return functools.update_wrapper(namespace[spec.name], stub)
 

@@ -5,10 +5,13 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <optional>
 #include <string>
 
 #include "device/view.cuh"
@@ -93,5 +96,39 @@ inline View checked_view(const at::Tensor& x, const at::Tensor& y, at::IntArrayR
   check_reach(y, v.y_so, v.y_sl, v.y_si, v, "y");
   return v;
 }
+
+#ifndef NORMSCAN_FLOAT32_ONLY  // the fast path's; the exported files bind their family's entry alone
+// A new contiguous tensor of x's shape, dtype and device: at::detail::empty_cuda, which skips
+// the dispatcher, took 3 us less host time a call than at::empty_like (NOTES.md).
+inline at::Tensor empty_contiguous_like(const at::Tensor& x) {
+  return at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), std::nullopt);
+}
+
+// The eager call's common case, whole in C++ (the <family>_contiguous entries, the public
+// functions' fast path: normscan/registry.py): x a contiguous CUDA tensor of a float dtype,
+// dim in [-ndim, ndim), no gradient wanted of x or `param`, which is None or a contiguous
+// tensor of shape (x.size(dim),) with x's dtype and device. Its view around dim, or nullopt
+// where the call is not that case: the Python path then checks it, says what is wrong or
+// copies what must be, and launches.
+inline std::optional<View> contiguous_view(const at::Tensor& x, int64_t dim, const std::optional<at::Tensor>& param) {
+  const auto type = x.scalar_type();
+  const bool built = type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kDouble;
+  const int64_t ndim = x.dim(), rank = ndim > 0 ? ndim : 1;
+  if (!built || !x.is_cuda() || !x.is_contiguous() || dim < -rank || dim >= rank) return std::nullopt;
+  const bool grad = at::GradMode::is_enabled();
+  if (grad && x.requires_grad()) return std::nullopt;
+  dim = dim < 0 ? dim + rank : dim;
+  const int64_t length = ndim > 0 ? x.size(dim) : 1;
+  if (param && (param->device() != x.device() || param->scalar_type() != type || param->dim() != 1 ||
+                param->size(0) != length || !param->is_contiguous() || (grad && param->requires_grad()))) {
+    return std::nullopt;
+  }
+  const auto sizes = x.sizes();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= sizes[d];
+  for (int64_t d = dim + 1; d < ndim; ++d) inner *= sizes[d];  // none of a 0-d x
+  return View{outer, length, inner, length * inner, inner, 1, length * inner, inner, 1};
+}
+#endif
 
 }  // namespace normscan

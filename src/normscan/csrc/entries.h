@@ -30,6 +30,13 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
 // strides along the view).
 void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,
           const std::optional<at::Tensor>& mask);
+// The public functions' fast path (normscan/registry.py): reduce_scale and scan of a
+// contiguous CUDA x around `dim` (negative too) into a new y, returned; eps None is
+// torch.finfo(x.dtype).eps. None (nothing launched) where the call is not that common case
+// (binding.cuh, contiguous_view says which): the caller then takes the checked path.
+std::optional<at::Tensor> reduce_scale_contiguous(const at::Tensor& x, int64_t dim, int64_t op,
+                                                  std::optional<double> eps, const std::optional<at::Tensor>& weight);
+std::optional<at::Tensor> scan_contiguous(const at::Tensor& x, int64_t dim, int64_t op, bool reverse, bool exclusive);
 // cumprod's gradient (op: ProdOp's id), given g = dL/dy of scan's y: dx into dx, laid out as
 // the view's y. g's rows are contiguous, g_row_stride apart. False (nothing written): no
 // fused kernel serves the view (normscan/backward.py then takes PyTorch's gradient).

@@ -18,13 +18,11 @@ normscan::Grouping<A> checked_grouping(at::IntArrayRef g, const normscan::View& 
   return normscan::Grouping<A>{g[0], g[1], g[2], nullptr};
 }
 
-}  // namespace
-
-void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
-                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
-                  at::IntArrayRef grouping, const std::optional<at::Tensor>& stats) {
+// reduce_scale on a checked view.
+void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
+                 const std::optional<at::Tensor>& bias, int64_t op, const normscan::View& v, double eps,
+                 at::IntArrayRef grouping, const std::optional<at::Tensor>& stats) {
   using namespace normscan;
-  const View v = checked_view(x, y, view);
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale", [&] {
@@ -62,3 +60,32 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));
   });
 }
+
+}  // namespace
+
+void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
+                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
+                  at::IntArrayRef grouping, const std::optional<at::Tensor>& stats) {
+  launch_view(x, y, weight, bias, op, normscan::checked_view(x, y, view), eps, grouping, stats);
+}
+
+#ifndef NORMSCAN_FLOAT32_ONLY  // the fast path (binding.cuh)
+// torch.finfo(dtype).eps: what eps=None stands for (F.rms_norm's default).
+static double dtype_eps(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf: return 0x1p-10;
+    case at::kBFloat16: return 0x1p-7;
+    case at::kDouble: return 0x1p-52;
+    default: return 0x1p-23;
+  }
+}
+
+std::optional<at::Tensor> reduce_scale_contiguous(const at::Tensor& x, int64_t dim, int64_t op,
+                                                  std::optional<double> eps, const std::optional<at::Tensor>& weight) {
+  const std::optional<normscan::View> v = normscan::contiguous_view(x, dim, weight);
+  if (!v) return std::nullopt;
+  at::Tensor y = normscan::empty_contiguous_like(x);
+  if (!v->empty()) launch_view(x, y, weight, std::nullopt, op, *v, eps ? *eps : dtype_eps(x.scalar_type()), {}, std::nullopt);
+  return y;
+}
+#endif

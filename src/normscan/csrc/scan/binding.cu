@@ -3,10 +3,12 @@
 #include "../binding.cuh"
 #include "dispatch.cuh"
 
-void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,
-          const std::optional<at::Tensor>& mask) {
+namespace {
+
+// scan on a checked view.
+void launch_view(const at::Tensor& x, at::Tensor& y, int64_t op, const normscan::View& v, bool reverse, bool exclusive,
+                 const std::optional<at::Tensor>& mask) {
   using namespace normscan;
-  const View v = checked_view(x, y, view);
   if (mask) {
     TORCH_CHECK((mask->scalar_type() == at::kBool || mask->scalar_type() == x.scalar_type()) &&
                     mask->device() == x.device(),
@@ -37,3 +39,20 @@ void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, 
     TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
   });
 }
+
+}  // namespace
+
+void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,
+          const std::optional<at::Tensor>& mask) {
+  launch_view(x, y, op, normscan::checked_view(x, y, view), reverse, exclusive, mask);
+}
+
+#ifndef NORMSCAN_FLOAT32_ONLY  // the fast path (binding.cuh)
+std::optional<at::Tensor> scan_contiguous(const at::Tensor& x, int64_t dim, int64_t op, bool reverse, bool exclusive) {
+  const std::optional<normscan::View> v = normscan::contiguous_view(x, dim, std::nullopt);
+  if (!v) return std::nullopt;
+  at::Tensor y = normscan::empty_contiguous_like(x);
+  if (!v->empty()) launch_view(x, y, op, *v, reverse, exclusive, std::nullopt);
+  return y;
+}
+#endif
