@@ -108,11 +108,29 @@ def strip_comments(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.splitlines() if line.strip())
 
 
+_FLOAT32_ONLY = re.compile(r"^#if(n?)def NORMSCAN_FLOAT32_ONLY\b[^\n]*\n(.*?)^#endif\b[^\n]*\n", re.S | re.M)
+
+
+def float32_only(source: str) -> str:
+    """source as the preprocessor reads it with NORMSCAN_FLOAT32_ONLY defined (csrc/binding.cuh):
+    its #ifndef blocks dropped, its #ifdef blocks' first branches kept. The blocks hold no
+    other conditional."""
+    def resolve(block: re.Match) -> str:
+        body = block.group(2)
+        if re.search(r"^\s*#\s*if", body, re.M):
+            raise ValueError(f"normscan export: a conditional inside a NORMSCAN_FLOAT32_ONLY block, which "
+                             f"float32_only cannot resolve; keep those blocks flat:\n{body[:300]}")
+        return "" if block.group(1) else re.split(r"^#else\b.*\n", body, maxsplit=1, flags=re.M)[0]
+    return _FLOAT32_ONLY.sub(resolve, source)
+
+
 def cuda_source(spec) -> str:
     """The op's family's extension source with the op alone in its list (the file compiles its
-    kernels only), float32 forward kernels only, without the fp16 header."""
-    head = f"#define NORMSCAN_FLOAT32_ONLY\n#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n"
-    return strip_comments(head + _build.expand_source(f"{spec.family.name}/binding.cu", skip=frozenset({"device/half.cuh"})))
+    kernels only), float32 forward kernels only: without the fp16 header and the other
+    dtypes' code, and without the fast path (the file binds the family's entry alone)."""
+    head = f"#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n"
+    source = _build.expand_source(f"{spec.family.name}/binding.cu", skip=frozenset({"device/half.cuh"}))
+    return strip_comments(head + float32_only(source))
 
 
 def solution(problem: Problem) -> str:

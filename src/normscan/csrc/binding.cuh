@@ -1,12 +1,11 @@
 // Torch glue shared by the families' bindings (csrc/<family>/binding.cu): checks, the
 // view, dtype dispatch. Only the bindings see torch. With NORMSCAN_FLOAT32_ONLY (the
-// exported KernelBench files) only float32 kernels are built, and no fp16 header is read.
+// exported KernelBench files) only float32 kernels are built, and neither
+// the fp16 header nor the fast path's code is read.
 #pragma once
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/core/grad_mode.h>
-#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -17,6 +16,9 @@
 #include "device/view.cuh"
 #include "entries.h"
 #ifndef NORMSCAN_FLOAT32_ONLY
+#include <ATen/core/grad_mode.h>  // the fast path's (contiguous_view)
+#include <ATen/cuda/EmptyTensor.h>
+
 #include "device/half.cuh"
 #endif
 
