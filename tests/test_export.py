@@ -117,3 +117,11 @@ def test_exported_solution_matches_reference(name, tmp_path):
         torch.testing.assert_close(model(*inputs), problem.reference(*inputs), atol=1e-4, rtol=1e-4)
     inputs = [t.cuda() for t in module.get_inputs()]
     torch.testing.assert_close(model(*inputs), problem.reference(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_float32_only_resolves_its_conditionals_and_refuses_nested_ones():
+    source = ("a\n#ifndef NORMSCAN_FLOAT32_ONLY  // why\nhalf\n#endif\n"
+              "#ifdef NORMSCAN_FLOAT32_ONLY\nfloat\n#else\nall\n#endif\nb\n")
+    assert export.float32_only(source) == "a\nfloat\nb\n"
+    with pytest.raises(ValueError, match="a conditional inside a NORMSCAN_FLOAT32_ONLY block"):
+        export.float32_only("#ifndef NORMSCAN_FLOAT32_ONLY\n#if X\nx\n#endif\ny\n#endif\n")
