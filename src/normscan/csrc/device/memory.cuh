@@ -59,12 +59,17 @@ template <typename S> __device__ __forceinline__ S load_from_l2(const S* p) {
   return s;
 }
 
-// A counter as another block publishes it (atomicAdd after __threadfence): what this thread
-// reads after it sees the value is what the publisher wrote before.
+// A counter as another block publishes it (add_release): what this thread reads after it
+// sees the value is what the publisher wrote before.
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+// Adds v to a counter after this thread's earlier writes are visible to the GPU (a release:
+// a lighter fence than __threadfence's sequentially consistent one).
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // A row of n elements split into an unaligned head, whole N-element vectors, and a tail.

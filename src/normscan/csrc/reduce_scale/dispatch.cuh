@@ -58,14 +58,15 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
 // once: *launched tells whether they were.
 template <typename T, typename Op, typename Alloc>
 inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
-  constexpr auto kernel = reduce_scale_held_kernel<T, Op, kHeldBlock, kHeldVecs>;
-  constexpr int64_t cap = int64_t(kHeldBlock) * kHeldVecs;
+  using Cfg = HeldFor<T, Op>;
+  constexpr auto kernel = reduce_scale_held_kernel<T, Op, Cfg::kBlock, Cfg::kVecs>;
+  constexpr int64_t cap = int64_t(Cfg::kBlock) * Cfg::kVecs;
   constexpr size_t smem = 2 * size_t(cap) * 16;  // two buffers
   using State = HeldState<RowStat<Op, acc_t<T>>>;
   *launched = false;
   const int64_t rows = a.view.outer, parts = ceil_div(a.view.length / vec16<T>(), cap);
   int64_t resident = 0;
-  cudaError_t err = resident_units<kernel>(dim3(kHeldBlock), 1, smem, &resident);
+  cudaError_t err = resident_units<kernel>(dim3(Cfg::kBlock), 1, smem, &resident);
   if (err != cudaSuccess || parts > 2 * resident) return err;
   const HeldPlan p{parts, ceil_div(a.view.length / vec16<T>(), parts), rows * parts};
   void* workspace = alloc(State::bytes(rows, parts));
@@ -73,7 +74,7 @@ inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, All
   err = cudaMemsetAsync(workspace, 0, State::counter_bytes(rows), stream);
   if (err != cudaSuccess) return err;
   *launched = true;
-  return launch_units<kernel>(Grid::Cooperative, dim3(kHeldBlock), 1, p.units, smem, stream, a, p,
+  return launch_units<kernel>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, smem, stream, a, p,
                               State::in(workspace, rows));
 }
 

@@ -45,7 +45,7 @@ template <typename Stat> struct HeldState {
 };
 
 template <typename T, typename Op, int BLOCK, int HELD>
-__global__ void __launch_bounds__(BLOCK, sizeof(T) == 8 ? 1 : 2)  // doubles spilled at two a SM
+__global__ void __launch_bounds__(BLOCK, (sizeof(T) == 8 ? 512 : 1024) / BLOCK)  // doubles spilled at twice
     reduce_scale_held_kernel(ArgsFor<T, Op> a, HeldPlan p, HeldState<RowStat<Op, acc_t<T>>> st) {
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
@@ -84,12 +84,16 @@ __global__ void __launch_bounds__(BLOCK, sizeof(T) == 8 ? 1 : 2)  // doubles spi
     const RereadRow<T, V> r(a, j / p.parts, Op{});
     const Place q = place_of(j, r);
     const T* xp = r.xr + r.s.head + int64_t(q.first) * V;
+    // Two groups of copies, the first batch and the rest: the first is summed while the
+    // rest land (a thread reads only the slots it filled).
 #pragma unroll
-    for (int k = 0; k < HELD; ++k)
+    for (int k = 0; k < HELD; ++k) {
       if (k * BLOCK < q.count) cp_async16(slot(b, k), xp + k * BLOCK * V);
+      if (k == U - 1 || k == HELD - 1) cp_async_commit();
+    }
     auto acc = r.template accumulator<Op>();
     if (q.part == 0 && r.has_edge()) r.add_edge(acc);
-    cp_async_wait_all();  // a thread reads only the slots it filled
+    cp_async_wait_groups<(HELD > U ? 1 : 0)>();
 #pragma unroll 1
     for (int k0 = 0; k0 < HELD; k0 += U) {
       A vals[U * V];
@@ -103,12 +107,12 @@ __global__ void __launch_bounds__(BLOCK, sizeof(T) == 8 ? 1 : 2)  // doubles spi
           n += V;
         }
       if (n > 0) acc.add(vals, n);
+      if (k0 == 0) cp_async_wait_groups<0>();
     }
     const Stat stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
     if (threadIdx.x == 0) {
       st.part_stats[j] = stat;
-      __threadfence();
-      atomicAdd(st.published + q.row, 1u);
+      add_release(st.published + q.row, 1u);
     }
   };
   // Waits until every part of part j's row has published, merges their statistics, and

@@ -96,18 +96,26 @@ inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, boo
 }
 
 // Aligned rows longer than a cluster holds, held across the GPU (reduce_scale_held_kernel;
-// NORMSCAN_HELD=0: read twice instead): parts of NORMSCAN_HELD_VECS vectors a thread of
-// kHeldBlock threads, two buffers a block, two blocks a SM. KernelBench 35 (896 rows of 8
-// MB) and 40 (16 of 16 MB), against 7.87 and 0.272 ms read twice: two buffers of 6 vectors
-// 6.56 and 0.241-0.257 ms; of 4, 8.02 and 0.317-0.334; one buffer of 12 (waiting idle for
-// the row's last parts) 6.50 and 0.315-0.323; of 13, 6.58 and 0.310-0.330.
-#ifndef NORMSCAN_HELD_VECS
-#define NORMSCAN_HELD_VECS 6
-#endif
+// NORMSCAN_HELD=0: read twice instead): parts of kBlock threads x kVecs vectors, two
+// buffers a block. KernelBench 35 (896 rows of 8 MB) and 40 (16 of 16 MB), against 7.87 and
+// 0.272 ms read twice, 512 threads: two buffers of 6 vectors 6.56 and 0.241-0.257 ms; of 4,
+// 8.02 and 0.317-0.334; one buffer of 12 (waiting idle for the row's last parts) 6.50 and
+// 0.315-0.323; of 13, 6.58 and 0.310-0.330. 256 threads x 8 vectors (three blocks a SM, 32 KB
+// parts) against 512 x 6 (two, 48 KB), ms (H100, 2026-11-24, six timings each): 16-bit rows
+// faster (rms_norm bf16 (128, 2**22) 0.957 -> 0.920, layer_norm bf16 (32, 2**23) 0.636 ->
+// 0.610, softmax bf16 (64, 2**23) 1.367 -> 1.299), and fp32 softmax (64, 2**22) 1.150 ->
+// 1.040 (an exp an element); the other fp32 rows slower (35 6.51 -> 7.06, 40 0.238 -> 0.256,
+// rms_norm (64, 2**22) 0.828 -> 0.869).
 #ifndef NORMSCAN_HELD
 #define NORMSCAN_HELD 1
 #endif
-constexpr int kHeldBlock = 512, kHeldVecs = NORMSCAN_HELD_VECS;
+template <int BLOCK, int VECS> struct HeldConfig {
+  static constexpr int kBlock = BLOCK, kVecs = VECS;
+};
+using HeldLargeParts = HeldConfig<512, 6>;
+using HeldSmallParts = HeldConfig<256, 8>;
+template <typename T, typename Op>
+using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMaxShifted), HeldSmallParts, HeldLargeParts>;
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
