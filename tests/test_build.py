@@ -24,6 +24,18 @@ def test_families_are_csrcs_folders_and_the_registrys():
     assert _build.extension_entries("scan_backward") == ["scan_backward"]
 
 
+def test_the_fast_paths_entries_bind_through_cpythons_calling_convention():
+    """main.cpp binds `<family>_contiguous` as a METH_FASTCALL function (csrc/fastcall.h), the
+    other entries through pybind11 with torch's error translation, as load_inline would."""
+    for extension in _build.extensions():
+        module = _build.module_source(extension).split("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")[1]
+        for entry in _build.extension_entries(extension):
+            fast = f'normscan::fastcall::add<{entry}>(m, "{entry}");'
+            slow = f'm.def("{entry}", torch::wrap_pybind_function({entry}), "{entry}");'
+            assert (fast if entry.endswith("_contiguous") else slow) in module, (extension, entry)
+        assert module.count(";") == len(_build.extension_entries(extension)), module
+
+
 def test_the_backward_builds_apart_from_the_forward():
     forward, backward = (_build.extension_source(e) for e in ("reduce_scale", "reduce_scale_backward"))
     assert "reduce_scale_rows_kernel" in forward and "reduce_scale_backward_rows_kernel" not in forward

@@ -3,7 +3,9 @@ every kernel it instantiates) compiled once by nvcc for sm_80 and sm_90, with no
 spill and no stack frame; the tools' torch-free build; and the op lists against the registry."""
 
 import re
+import shutil
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,21 @@ def test_extension_compiles_for_sm80_and_sm90_without_spills(extension, tmp_path
     assert served and len(kernels) >= 2 * 4 * len(served), len(kernels)
     assert {arch for _, arch in kernels} == {"sm_80", "sm_90"}
     assert spilling_kernels(run.stderr) == []
+
+
+@pytest.mark.parametrize("extension", [e for e in _build.extensions() if f"{e}_contiguous" in _build.extension_entries(e)])
+def test_module_source_compiles(extension, tmp_path):
+    """main.cpp (the entries' declarations and the module binding them, the fast path's entry
+    through csrc/fastcall.h) through the host compiler, as load_inline compiles it."""
+    compiler = shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no host C++ compiler (c++)")
+    src = tmp_path / "main.cpp"
+    src.write_text(_build.module_source(extension))
+    run = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", f"-DTORCH_EXTENSION_NAME={extension}",
+                          f"-I{sysconfig.get_paths()['include']}", *_torch_includes(tmp_path), str(src)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
 
 
 @pytest.mark.nvcc

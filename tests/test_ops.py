@@ -393,6 +393,13 @@ def test_fast_path_declines_what_it_does_not_take(name):
         assert entry(*_fast_args(name, x, dim)) is None
     needs_grad = x.clone().requires_grad_()
     assert entry(*_fast_args(name, needs_grad, 1)) is None
+    args = _fast_args(name, x, 1)  # wrong types and counts raise, as a Python function's would
+    with pytest.raises(TypeError, match=f"takes {len(args)} positional arguments, got {len(args) - 1}"):
+        entry(*args[:-1])
+    with pytest.raises(TypeError, match="expected an int, got str"):
+        entry(x, "1", *args[2:])
+    with pytest.raises(TypeError, match="expected a Tensor, got list"):
+        entry([x], *args[1:])
     with torch.no_grad():
         assert entry(*_fast_args(name, needs_grad, 1)) is not None
     if spec.takes("weight"):

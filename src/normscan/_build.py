@@ -33,8 +33,10 @@ import torch
 
 CSRC = Path(__file__).parent / "csrc"
 # The declarations of every extension's entry, compiled by the host compiler into the module
-# that pybind exposes (load_inline's main.cpp); each extension binds its own.
+# that Python imports (load_inline's main.cpp); each extension binds its own: pybind11 binds
+# the entries, CPython's METH_FASTCALL the fast path's (FASTCALL).
 ENTRIES = "entries.h"
+FASTCALL = "fastcall.h"
 CUDA_FLAGS = ["-O3", "--split-compile=0"]  # the C++ standard is torch's choice
 
 
@@ -105,9 +107,14 @@ def extension_entries(extension: str) -> list[str]:
     return re.findall(rf"\b({extension}(?:_contiguous)?)\(", (CSRC / ENTRIES).read_text())
 
 
-def entries_source() -> str:
-    """What load_inline's main.cpp declares: the families' entries, with the pybind headers."""
-    return "#include <torch/extension.h>\n" + expand_source(ENTRIES)
+def module_source(extension: str) -> str:
+    """load_inline's main.cpp: the families' entries declared, and the module binding this
+    extension's; the fast path's through CPython's calling convention (csrc/fastcall.h), the
+    others through pybind11, with torch's error translation as load_inline's own would."""
+    binds = [f'normscan::fastcall::add<{f}>(m, "{f}");' if f.endswith("_contiguous") else
+             f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in extension_entries(extension)]
+    return "\n".join(["#include <torch/extension.h>", expand_source(ENTRIES), expand_source(FASTCALL),
+                      "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {", *binds, "}"])
 
 
 def cache_dir() -> Path:
@@ -128,8 +135,8 @@ def arch() -> tuple[int, int]:
 
 
 def build_key(source: str, capability: tuple[int, int]) -> str:
-    """Hash of everything that changes the binary."""
-    parts = [source, entries_source(), " ".join(cuda_flags()), torch.__version__, str(torch.version.cuda),
+    """Hash of everything that changes the binary (`source`: the sources, CUDA and C++)."""
+    parts = [source, " ".join(cuda_flags()), torch.__version__, str(torch.version.cuda),
              f"sm_{capability[0]}{capability[1]}", sys.version.split()[0]]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -169,7 +176,7 @@ def _file_lock(path: Path):
 
 def _name(extension: str, source: str, capability: tuple[int, int]) -> str:
     """The built module's name and cache folder: the extension and the key of what builds it."""
-    return f"normscan_{extension}_{build_key(source, capability)}"
+    return f"normscan_{extension}_{build_key(source + chr(0) + module_source(extension), capability)}"
 
 
 def is_built(extension: str) -> bool:
@@ -189,7 +196,7 @@ def _compile(name: str, extension: str, source: str, capability: tuple[int, int]
     os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"  # this device only
     try:
         return cpp_extension.load_inline(
-            name=name, cpp_sources=[entries_source()], cuda_sources=[source], functions=extension_entries(extension),
+            name=name, cpp_sources=[module_source(extension)], cuda_sources=[source], functions=None,
             extra_cuda_cflags=cuda_flags(), build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
         raise BuildError(f"normscan: compiling the {extension} kernels for sm_{capability[0]}{capability[1]} "
