@@ -411,6 +411,28 @@ def test_fast_path_declines_what_it_does_not_take(name):
 
 
 @pytest.mark.gpu
+def test_a_modules_parameter_weight_takes_the_fast_path_where_no_gradient_is_wanted(monkeypatch):
+    """RMSNorm(elementwise_affine=True) passes its nn.Parameter: under no_grad and
+    inference_mode the call stays in C++; with gradients wanted it takes the checked path."""
+    from normscan import _build
+
+    _build.load("reduce_scale")
+    m = normscan.RMSNorm(64, dim=-1, elementwise_affine=True).cuda()
+    x = torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        m.weight.uniform_(0.5, 1.5)
+        expected = reference.rms_norm(x, -1, 1e-5, m.weight)
+    prepared, prepare = [], view.prepare
+    monkeypatch.setattr(view, "prepare", lambda *a, **k: prepared.append(a) or prepare(*a, **k))
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            torch.testing.assert_close(m(x), expected)
+    assert not prepared
+    torch.testing.assert_close(m(x).detach(), expected)
+    assert prepared
+
+
+@pytest.mark.gpu
 def test_output_keeps_channels_last_layout():
     x = torch.randn(2, 16, 5, 7, device="cuda").to(memory_format=torch.channels_last)
     y = normscan.rms_norm(x, 1)

@@ -197,7 +197,9 @@ class Param:
 
 PARAMS = {
     "eps": Param("float", _check_eps, "({0} is None or type({0}) is float)"),
-    "weight": Param("Tensor?", _check_weight, "({0} is None or type({0}) is _Tensor)"),
+    # A module's weight is an nn.Parameter (whose __torch_function__ is Tensor's): in no_grad
+    # and inference_mode calls it takes the fast path too.
+    "weight": Param("Tensor?", _check_weight, "({0} is None or type({0}) is _Tensor or type({0}) is _Parameter)"),
     "bias": Param("Tensor?", _check_weight),
     "reverse": Param("bool", _check_flag, "type({0}) is bool"),
     "exclusive": Param("bool", _check_flag, "type({0}) is bool"),
@@ -676,8 +678,8 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
     gradient wanted, not compiling, the family's extension loaded. Its entry checks the rest
     and launches the same kernel, or returns None, and spec.call runs: the answer is the same
     either way, only the host's time differs (NOTES.md, "Host time a call")."""
-    params, namespace = [], {"_call": spec.call, "_Tensor": torch.Tensor, "_loaded": _build.loaded,
-                             "_compiling": torch.compiler.is_compiling}
+    params, namespace = [], {"_call": spec.call, "_Tensor": torch.Tensor, "_Parameter": torch.nn.Parameter,
+                             "_loaded": _build.loaded, "_compiling": torch.compiler.is_compiling}
     for i, p in enumerate(signature.parameters.values()):
         if p.kind is p.KEYWORD_ONLY and "*" not in params:
             params.append("*")
