@@ -56,7 +56,7 @@ template <typename T, typename Op> constexpr int scan_min_blocks(int asked) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   constexpr bool kWide = kMasked<Op>;
 #else
-  constexpr bool kWide = kMasked<Op> && (sizeof(T) != 4 || sizeof(mask_t<Op>) != 1);
+  constexpr bool kWide = kMasked<Op> && (sizeof(T) != 4 || !std::is_same_v<mask_t<Op>, uint8_t>);  // not sizeof(void)
 #endif
   return kWide ? (asked + 1) / 2 : asked;
 }
