@@ -118,6 +118,21 @@ def test_float32_only_export_source_compiles(family, tmp_path):
     assert spec.functor.encode() in ptx and not any(f.encode() in ptx for f in others)
 
 
+@pytest.mark.nvcc
+def test_only_ops_builds_those_ops_kernels_alone(tmp_path):
+    """-DNORMSCAN_ONLY_OPS (tools/tune.py's builds of the ops it times): the scan extension with
+    cumsum's id alone holds cumsum's kernels and no other op's (to PTX)."""
+    ids = FAMILIES["scan"].functor_ids()
+    src = tmp_path / "scan.cu"
+    src.write_text(_build.extension_source("scan"))
+    run = subprocess.run([NVCC, "-std=c++17", "-c", "-gencode=arch=compute_90,code=compute_90",
+                          f"-DNORMSCAN_ONLY_OPS={1 << ids['SumOp']:#x}ull", *_torch_includes(tmp_path), str(src),
+                          "-o", str(tmp_path / "scan.o")], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ptx = (tmp_path / "scan.o").read_bytes()
+    assert b"5SumOp" in ptx and not any(f"{len(f)}{f}".encode() in ptx for f in set(ids) - {"SumOp"})
+
+
 def test_spill_detector_can_fail():
     report = ("ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'\n"
               "ptxas info    : Function properties for _Z1kv\n"

@@ -13,6 +13,10 @@ Every variant builds at once (in one cache, each build's folder named by a hash 
 flags); then each is timed in its own process (median of CUDA events over rotating inputs),
 with the device copy rate alongside, in NORMSCAN_TUNE_ROUNDS rounds (default 3) of fresh allocations: the rounds' spread is the
 noise any difference between variants must exceed.
+
+With NORMSCAN_TUNE_CASES, every build holds only the ops those entries time (-DNORMSCAN_ONLY_OPS,
+csrc/device/types.cuh), and only their families' extensions are built: a family's build time
+grows with its kernels (NOTES.md, "Building"), and one op is a seventh of reduce_scale's.
 """
 
 import json
@@ -21,31 +25,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Loads (builds where needed) every extension, the tuned ones with the variant's flags (argv[1]),
+# Loads (builds where needed) the extensions, the tuned ones with the variant's flags (argv[1]),
 # those first: the variants build them side by side, then one builds each other one while the
-# rest wait for it (_build's lock).
+# rest wait for it (_build's lock). Each extension's flags start with its own ({only}).
 LOAD = """
 import os, sys
 import normscan._build as b
-tuned = {tuned!r} or b.extensions()
-for e in sorted(b.extensions(), key=lambda e: e not in tuned):
-    os.environ["NORMSCAN_EXTRA_CUDA_FLAGS"] = sys.argv[1] if e in tuned else ""
+only = {only!r}
+tuned = {tuned!r} or list(only)
+for e in sorted(only, key=lambda e: e not in tuned):
+    os.environ["NORMSCAN_EXTRA_CUDA_FLAGS"] = " ".join(f for f in (only[e], sys.argv[1] if e in tuned else "") if f)
     b.load(e)
 """
 TIMING = r"""
 import json, torch
-from normscan import catalogue, timing
+from normscan import timing
 from normscan.cli.bench import ours
+from tune import selected_entries
 rounds, training, only = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-dtypes = [torch.float32, torch.bfloat16]
-if training:
-    entries = catalogue.training_entries(None, dtypes, [training])
-else:
-    entries = catalogue.kernelbench_entries() + catalogue.sweep_entries(None, dtypes)
+entries = selected_entries(only, training)
 out = {"copy_gbs": timing.copy_bandwidth(20)}
 for entry in entries:
-    if only and not any(o in entry.label for o in only):
-        continue
     out[entry.label] = []
     for _ in range(rounds):  # fresh allocations each round: the spread between rounds is the noise
         xs = timing.inputs(entry, "cuda")
@@ -62,14 +62,48 @@ for entry in entries:
 print("RESULT " + json.dumps(out))
 """
 
+def selected_entries(only: list[str], training: str) -> list:
+    """The bench's entries that are timed: those whose label holds one of `only` (all where it
+    is empty); the training entries in that mode where `training` names one."""
+    import torch
+    from normscan import catalogue
+
+    dtypes = [torch.float32, torch.bfloat16]
+    if training:
+        entries = catalogue.training_entries(None, dtypes, [training])
+    else:
+        entries = catalogue.kernelbench_entries() + catalogue.sweep_entries(None, dtypes)
+    return [e for e in entries if not only or any(o in e.label for o in only)]
+
+
+def extension_flags(only: list[str], training: str) -> dict[str, str]:
+    """The extensions to build, each with the flags that hold it to the ops of the entries timed
+    (a family's forward and backward share its op ids); every extension, with none, where
+    every entry is timed."""
+    from normscan import _build
+    from normscan.registry import REGISTRY
+
+    if not only:
+        return {e: "" for e in _build.extensions()}
+    masks: dict[str, int] = {}
+    for entry in selected_entries(only, training):
+        spec = REGISTRY[entry.op]
+        masks[spec.family.name] = masks.get(spec.family.name, 0) | 1 << spec.op_id
+    return {e: f"-DNORMSCAN_ONLY_OPS={masks[f]:#x}ull" for f in masks
+            for e in (f, f + _build.BACKWARD) if e in _build.extensions() and (e == f or training)}
+
+
 def main(variants: list[str], build_only: bool = False) -> int:
     root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root / "src"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root / "tools")]))
     env.setdefault("NORMSCAN_CACHE_DIR", str(root / ".device-cache"))
     tuned = os.environ.get("NORMSCAN_TUNE_EXTENSIONS", "").split()
+    only = os.environ.get("NORMSCAN_TUNE_CASES", "").split()
+    training = os.environ.get("NORMSCAN_TUNE_TRAINING", "")
     # Each variant's flags apply to the tuned extensions; the others are built once, without
-    # flags. Builds share one cache, where a build's folder is named by a hash of its flags.
-    load = LOAD.format(tuned=tuned)
+    # them. Builds share one cache, where a build's folder is named by a hash of its flags.
+    sys.path.insert(0, str(root / "src"))
+    load = LOAD.format(only=extension_flags(only, training), tuned=tuned)
     builds = [subprocess.Popen([sys.executable, "-c", load, flags], env=env) for flags in variants]
     for b in builds:
         if b.wait() != 0:
@@ -78,9 +112,7 @@ def main(variants: list[str], build_only: bool = False) -> int:
         return 0
     rows = []
     for flags in variants:
-        only = os.environ.get("NORMSCAN_TUNE_CASES", "").split()
         rounds = os.environ.get("NORMSCAN_TUNE_ROUNDS", "3")
-        training = os.environ.get("NORMSCAN_TUNE_TRAINING", "")
         run = subprocess.run([sys.executable, "-c", load + TIMING, flags, rounds, training, *only], env=env,
                              capture_output=True, text=True)
         line = next((l for l in run.stdout.splitlines() if l.startswith("RESULT ")), None)
