@@ -116,6 +116,40 @@ def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"  # the user's setting is given back
 
 
+def test_load_all_builds_what_is_missing_side_by_side_then_loads_everything(monkeypatch):
+    started, waited = [], []
+
+    class Build:
+        def __init__(self, command, env):
+            started.append(command[-1])
+            self.code = 1 if "scan_backward" in command[-1] else 0
+
+        def wait(self):
+            waited.append(len(started))  # every build started before the first wait
+            return self.code
+
+    monkeypatch.setattr(_build, "_modules", {})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_build, "arch", lambda: (9, 0))
+    monkeypatch.setattr(_build, "is_built", lambda e: e == "scan")
+    monkeypatch.setattr(_build.subprocess, "Popen", Build)
+    monkeypatch.setattr(_build, "load", lambda e: f"module {e}")
+    assert _build.load_all(["reduce_scale", "scan", "reduce_scale_backward"]) == [
+        "module reduce_scale", "module scan", "module reduce_scale_backward"]
+    assert started == ["import normscan._build as b; b.load('reduce_scale')",
+                       "import normscan._build as b; b.load('reduce_scale_backward')"] and waited == [2, 2]
+    started.clear()
+    with pytest.raises(_build.BuildError, match="building the scan_backward kernels failed"):
+        _build.load_all(["reduce_scale", "scan_backward"])
+
+
+def test_load_all_without_cuda_builds_nothing_and_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(_build.subprocess, "Popen", lambda *a, **k: pytest.fail("a build was started"))
+    with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
+        _build.load_all(["scan"])
+
+
 def _run_build(cache, family):
     code = f"import normscan._build as b; b.load({family!r}); print('LOADED')"
     env = dict(os.environ, NORMSCAN_CACHE_DIR=str(cache), PYTHONPATH=os.pathsep.join(sys.path))

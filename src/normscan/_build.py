@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -247,6 +248,22 @@ def load(extension: str) -> ModuleType:
                     return _modules[extension]
         _modules[extension] = _import_built(name, final)
         return _modules[extension]
+
+
+def load_all(extensions: list[str]) -> list[ModuleType]:
+    """The extensions, loaded; those not yet in the cache built at once, each by a process of
+    its own (its progress and any compiler output on this process's stderr): a build is
+    mostly one single-threaded compiler process (NOTES.md, "Building"), so side by side they
+    take about the longest one's time, not the sum. Raises BuildError if one fails."""
+    if torch.cuda.is_available() and arch() >= MIN_CAPABILITY:  # else load() says what is missing
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        builds = {e: subprocess.Popen([sys.executable, "-c", f"import normscan._build as b; b.load({e!r})"], env=env)
+                  for e in extensions if e not in _modules and not is_built(e)}
+        failed = [e for e, b in builds.items() if b.wait() != 0]
+        if failed:
+            raise BuildError(f"normscan: building the {', '.join(failed)} kernels failed (the compiler's output is "
+                             "above, from the process that built each)")
+    return [load(e) for e in extensions]
 
 
 def _build_into(name: str, extension: str, source: str, capability: tuple[int, int], root: Path,

@@ -143,10 +143,9 @@ def main(args: argparse.Namespace) -> int:
               "this shows the API works, not any speed-up.")
         chosen = catalogue.on_cpu(chosen)
     else:
-        for family in dict.fromkeys(REGISTRY[e.op].family.name for e in chosen):
-            _build.load(family)  # build (with its progress lines) before anything is timed
-            if args.training and family + _build.BACKWARD in _build.extensions():
-                _build.load(family + _build.BACKWARD)
+        families = dict.fromkeys(REGISTRY[e.op].family.name for e in chosen)
+        backward = [f + _build.BACKWARD for f in families if args.training and f + _build.BACKWARD in _build.extensions()]
+        _build.load_all([*families, *backward])  # built (with their progress lines) before anything is timed
     uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None) if device == "cuda" else None
     with DeviceLog(str(uuid) if uuid else None, enabled=device == "cuda") as log:
         copy_gbs = timing.copy_bandwidth(args.repeat, device)
