@@ -51,7 +51,7 @@ def _fused_into_poison(spec, x, g, dim, given):
     part = None
     if weight is not None:  # the partial sums' shape is the kernel's choice: ask it first
         v = view.fold(x, dx, dim)
-        done, _, probe = _build.load("reduce_scale_backward").reduce_scale_backward(
+        done, _, probe = _build.load("reduce_scale_backward", spec.op_id).reduce_scale_backward(
             x, g, torch.empty_like(dx), weight, True, None, spec.op_id, v, view.fold(g, dx, dim).x_so, given["eps"])
         assert done
         part = torch.full_like(probe, float("nan"))
@@ -230,8 +230,8 @@ def test_cumprod_gradient_takes_the_composite_past_its_rows():
 def test_scan_backward_names_the_ops_it_serves():
     x = torch.randn(4, 8, device="cuda")
     with pytest.raises(RuntimeError, match=r"scan op 1 has no backward kernel; scan_backward takes cumprod's \(op 0\)"):
-        _build.load("scan_backward").scan_backward(x, x, torch.empty_like(x), REGISTRY["cumsum"].op_id,
-                                                   view.fold(x, x, 1), 8, False, False)
+        _build.load("scan_backward", REGISTRY["cumprod"].op_id).scan_backward(
+            x, x, torch.empty_like(x), REGISTRY["cumsum"].op_id, view.fold(x, x, 1), 8, False, False)
 
 
 def test_cumprod_backward_runs_in_a_cuda_graph():

@@ -1,4 +1,5 @@
-"""The first-use build (_build.py): one extension per family, cached, locked, explained."""
+"""The first-use build (_build.py): one extension per family, built an op at a time, cached, locked,
+explained."""
 
 import fcntl
 import os
@@ -55,13 +56,36 @@ def test_kernels_without_cuda_say_so():
     if torch.cuda.is_available():
         pytest.skip("checks the message given where torch sees no CUDA device")
     with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
-        _build.load("scan")
+        _build.load("scan", 1)
 
 
-def test_an_unknown_family_is_named():
+def test_an_unknown_family_or_op_is_named():
     with pytest.raises(ValueError, match="no kernel extension 'softmax'; the extensions are reduce_scale, "
                                          "reduce_scale_backward, scan, scan_backward"):
-        _build.load("softmax")
+        _build.load("softmax", 0)
+    with pytest.raises(ValueError, match=r"the scan_backward kernels have no op 1; their ops are 0 \(ProdOp\)"):
+        _build.load("scan_backward", 1)  # cumsum's gradient is the forward's reverse scan
+
+
+def test_each_extension_builds_its_ops_one_at_a_time(monkeypatch):
+    """An extension's ops as its family's list and kFusedBackward say, each built apart: the
+    op's -DNORMSCAN_ONLY_OPS flag in the build and in the cache folder's name and key."""
+    assert _build.extension_ops("reduce_scale") == FAMILIES["reduce_scale"].functor_ids()
+    assert list(_build.extension_ops("reduce_scale_backward")) == ["L2NormOp", "L1NormOp", "RmsNormOp"]
+    assert _build.extension_ops("scan_backward") == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}
+    rms, softmax = (FAMILIES["reduce_scale"].functor_ids()[f] for f in ("RmsNormOp", "SoftmaxOp"))
+    source = _build.extension_source("reduce_scale")
+    a, b = (_build._name("reduce_scale", op, source, (9, 0)) for op in (rms, softmax))
+    assert a.startswith("normscan_reduce_scale_RmsNormOp_") and b.startswith("normscan_reduce_scale_SoftmaxOp_")
+    assert a.rsplit("_", 1)[1] != b.rsplit("_", 1)[1]
+    assert _build.only_ops_flag(rms) == f"-DNORMSCAN_ONLY_OPS={1 << rms:#x}ull"
+    from torch.utils import cpp_extension
+
+    given = {}
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: given.update(kwargs) or "module")
+    assert _build._compile("x", "reduce_scale", rms, source, (9, 0), Path("/nonexistent")) == "module"
+    assert given["extra_cuda_cflags"][-1] == _build.only_ops_flag(rms) and given["cuda_sources"] == [source]
+    assert given["cpp_sources"] == [_build.module_source("reduce_scale")] and given["functions"] is None
 
 
 def test_an_older_gpu_is_told_what_is_supported(monkeypatch):
@@ -70,7 +94,7 @@ def test_an_older_gpu_is_told_what_is_supported(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
     monkeypatch.setattr(_build, "arch", lambda: (7, 5))
     with pytest.raises(RuntimeError, match=r"need compute capability 8\.0 or later.*Tesla T4 is sm_75.*reference"):
-        _build.load("scan")
+        _build.load("scan", 1)
 
 
 def test_build_lock_is_released_when_its_holder_dies(tmp_path):
@@ -111,8 +135,8 @@ def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
     monkeypatch.setattr(cpp_extension, "load_inline", failing)
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     with pytest.raises(_build.BuildError) as err:
-        _build._compile("x", "scan", "source", (9, 0), tmp_path)
-    assert "scan kernels for sm_90" in str(err.value) and 'identifier "oops" is undefined' in str(err.value)
+        _build._compile("x", "scan", 1, "source", (9, 0), tmp_path)
+    assert "scan kernels of SumOp for sm_90" in str(err.value) and 'identifier "oops" is undefined' in str(err.value)
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"  # the user's setting is given back
 
 
@@ -131,27 +155,28 @@ def test_load_all_builds_what_is_missing_side_by_side_then_loads_everything(monk
     monkeypatch.setattr(_build, "_modules", {})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(_build, "arch", lambda: (9, 0))
-    monkeypatch.setattr(_build, "is_built", lambda e: e == "scan")
+    monkeypatch.setattr(_build, "is_built", lambda e, op: e == "scan")
     monkeypatch.setattr(_build.subprocess, "Popen", Build)
-    monkeypatch.setattr(_build, "load", lambda e: f"module {e}")
-    assert _build.load_all(["reduce_scale", "scan", "reduce_scale_backward"]) == [
-        "module reduce_scale", "module scan", "module reduce_scale_backward"]
-    assert started == ["import normscan._build as b; b.load('reduce_scale')",
-                       "import normscan._build as b; b.load('reduce_scale_backward')"] and waited == [2, 2]
+    monkeypatch.setattr(_build, "load", lambda e, op: f"module {e} {op}")
+    builds = [("reduce_scale", 2), ("scan", 1), ("reduce_scale", 2), ("reduce_scale_backward", 2)]
+    assert _build.load_all(builds) == ["module reduce_scale 2", "module scan 1", "module reduce_scale 2",
+                                       "module reduce_scale_backward 2"]
+    assert started == ["import normscan._build as b; b.load(*('reduce_scale', 2))",
+                       "import normscan._build as b; b.load(*('reduce_scale_backward', 2))"] and waited == [2, 2]
     started.clear()
-    with pytest.raises(_build.BuildError, match="building the scan_backward kernels failed"):
-        _build.load_all(["reduce_scale", "scan_backward"])
+    with pytest.raises(_build.BuildError, match=r"building the kernels of scan_backward \(ProdOp\) failed"):
+        _build.load_all([("reduce_scale", 2), ("scan_backward", 0)])
 
 
 def test_load_all_without_cuda_builds_nothing_and_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(_build.subprocess, "Popen", lambda *a, **k: pytest.fail("a build was started"))
     with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
-        _build.load_all(["scan"])
+        _build.load_all([("scan", 1)])
 
 
 def _run_build(cache, family):
-    code = f"import normscan._build as b; b.load({family!r}); print('LOADED')"
+    code = f"import normscan._build as b; b.load({family!r}, 1); print('LOADED')"
     env = dict(os.environ, NORMSCAN_CACHE_DIR=str(cache), PYTHONPATH=os.pathsep.join(sys.path))
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -160,7 +185,7 @@ def _run_build(cache, family):
 @pytest.mark.gpu
 def test_build_killed_halfway_then_two_concurrent_builds(tmp_path):
     """A build killed half-way leaves no lock that hangs the next; two builds at once share one
-    result; only the family asked for is built."""
+    result; only the op asked for is built."""
     cache = tmp_path / "cache"
     victim = _run_build(cache, "scan")
     time.sleep(15)
@@ -171,9 +196,9 @@ def test_build_killed_halfway_then_two_concurrent_builds(tmp_path):
     out_b, _ = b.communicate(timeout=900)
     assert a.returncode == 0 and "LOADED" in out_a, out_a
     assert b.returncode == 0 and "LOADED" in out_b, out_b
-    assert (out_a + out_b).count("building the scan kernels") == 1, out_a + out_b
+    assert (out_a + out_b).count("building the scan kernels of SumOp") == 1, out_a + out_b
     built = [p for p in cache.iterdir() if p.is_dir()]
-    assert len(built) == 1 and built[0].name.startswith("normscan_scan_") and (built[0] / "COMPLETE").exists()
+    assert len(built) == 1 and built[0].name.startswith("normscan_scan_SumOp_") and (built[0] / "COMPLETE").exists()
 
 
 def test_every_csrc_file_ships_with_the_package():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from normscan import _build
-from normscan.registry import FAMILIES, REGISTRY, _functor_ids
+from normscan.registry import FAMILIES, REGISTRY
 
 from conftest import NVCC
 
@@ -26,7 +26,7 @@ def test_cuda_op_lists_are_the_registrys():
         declared = {s.functor: s.op_id for s in REGISTRY.values() if s.family is family}
         assert listed == declared, (family.name, listed, declared)
         assert len(set(listed.values())) == len(listed)
-    backward = _functor_ids("scan", "NORMSCAN_SCAN_BACKWARD_OPS")
+    backward = _build.extension_ops("scan_backward")
     assert backward == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}, backward
 
 
@@ -74,12 +74,8 @@ def test_extension_compiles_for_sm80_and_sm90_without_spills(extension, tmp_path
     kernels = re.findall(r"Compiling entry function '(\w+)' for '(sm_\d+)'", run.stderr)
     # Every op in every dtype (a backward: every functor with one): a kernel each, for each arch.
     family = extension.removesuffix(_build.BACKWARD)
-    served = [s for s in REGISTRY.values() if s.family.name == family]
-    if extension == "scan_backward":
-        served = list(_functor_ids("scan", "NORMSCAN_SCAN_BACKWARD_OPS"))
-    elif extension != family:
-        ops_cuh = (_build.CSRC / family / "ops.cuh").read_text()
-        served = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", ops_cuh)
+    served = ([s for s in REGISTRY.values() if s.family.name == family] if extension == family
+              else list(_build.extension_ops(extension)))
     assert served and len(kernels) >= 2 * 4 * len(served), len(kernels)
     assert {arch for _, arch in kernels} == {"sm_80", "sm_90"}
     assert spilling_kernels(run.stderr) == []

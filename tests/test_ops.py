@@ -353,7 +353,7 @@ def test_fast_path_gives_the_checked_paths_bits(name, dtype, monkeypatch):
     from normscan import _build
 
     spec = REGISTRY[name]
-    _build.load(spec.family.name)  # the fast path waits for a first call to load the extension
+    _build.load(spec.family.name, spec.op_id)  # the fast path waits for a first call to load the op's build
     cases = [((5, 33, 7), d) for d in (0, 1, 2, -1, -3)] + [((), 0), ((), -1), ((0, 9), 1), ((3, 0), 1), ((1, 1), 0)]
     expected = []
     for shape, dim in cases:
@@ -382,7 +382,7 @@ def test_fast_path_declines_what_it_does_not_take(name):
     from normscan import _build
 
     spec = REGISTRY[name]
-    ext = _build.load(spec.family.name)
+    ext = _build.load(spec.family.name, spec.op_id)
     entry = getattr(ext, f"{spec.family.name}_contiguous")
     x = torch.randn(6, 40, device="cuda")
     assert entry(*_fast_args(name, x, 1)) is not None
@@ -416,7 +416,7 @@ def test_a_modules_parameter_weight_takes_the_fast_path_where_no_gradient_is_wan
     inference_mode the call stays in C++; with gradients wanted it takes the checked path."""
     from normscan import _build
 
-    _build.load("reduce_scale")
+    _build.load("reduce_scale", REGISTRY["rms_norm"].op_id)
     m = normscan.RMSNorm(64, dim=-1, elementwise_affine=True).cuda()
     x = torch.randn(8, 64, device="cuda")
     with torch.no_grad():
@@ -454,7 +454,9 @@ def test_current_stream_is_used():
 def test_binding_refuses_what_the_kernels_cannot_take():
     from normscan import _build
 
-    ext = _build.load("reduce_scale")
+    def ext(name):  # the build of the op's kernels (each op is built apart)
+        return _build.load(REGISTRY[name].family.name, REGISTRY[name].op_id)
+
     x = torch.randn(4, 8, device="cuda")
     y = torch.empty_like(x)
     v = view.fold(x, y, 1)
@@ -462,29 +464,33 @@ def test_binding_refuses_what_the_kernels_cannot_take():
     rms = REGISTRY["rms_norm"].op_id
     groups = REGISTRY["group_norm"].op_id
     with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} takes no weight"):
-        ext.reduce_scale(x, y, torch.ones(8, device="cuda"), None, l2, v, 0.0, (), None)
+        ext("l2_normalize").reduce_scale(x, y, torch.ones(8, device="cuda"), None, l2, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {rms} takes no bias"):
-        ext.reduce_scale(x, y, None, torch.ones(8, device="cuda"), rms, v, 0.0, (), None)
+        ext("rms_norm").reduce_scale(x, y, None, torch.ones(8, device="cuda"), rms, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="bias must be a contiguous tensor of 8 elements"):
-        ext.reduce_scale(x, y, None, torch.ones(7, device="cuda"), REGISTRY["layer_norm"].op_id, v, 0.0, (), None)
-    with pytest.raises(RuntimeError, match="no reduce-scale op has id 99"):
-        ext.reduce_scale(x, y, None, None, 99, v, 0.0, (), None)
+        ext("layer_norm").reduce_scale(x, y, None, torch.ones(7, device="cuda"), REGISTRY["layer_norm"].op_id, v, 0.0,
+                                       (), None)
+    with pytest.raises(RuntimeError, match="no reduce-scale op has id 99 in this build"):
+        ext("l2_normalize").reduce_scale(x, y, None, None, 99, v, 0.0, (), None)
+    with pytest.raises(RuntimeError, match=f"no reduce-scale op has id {rms} in this build"):  # l2's kernels alone
+        ext("l2_normalize").reduce_scale(x, y, None, None, rms, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="the view reaches past y's storage"):
-        ext.reduce_scale(x, torch.empty(2, 8, device="cuda"), None, None, l2, v, 0.0, (), None)
+        ext("l2_normalize").reduce_scale(x, torch.empty(2, 8, device="cuda"), None, None, l2, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="a view has 9 fields, got 3"):
-        ext.reduce_scale(x, y, None, None, l2, v[:3], 0.0, (), None)
+        ext("l2_normalize").reduce_scale(x, y, None, None, l2, v[:3], 0.0, (), None)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} takes no grouping"):
-        ext.reduce_scale(x, y, None, None, l2, v, 0.0, (1, 8, 4), None)
+        ext("l2_normalize").reduce_scale(x, y, None, None, l2, v, 0.0, (1, 8, 4), None)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {groups} needs a grouping"):
-        ext.reduce_scale(x, y, None, None, groups, v, 0.0, (), None)
+        ext("group_norm").reduce_scale(x, y, None, None, groups, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match=r"grouping \(4, 3, 4\) does not divide the view's 4 rows of 8"):
-        ext.reduce_scale(x, y, None, None, groups, v, 0.0, (4, 3, 4), None)  # channels of 3 in rows of 8
+        ext("group_norm").reduce_scale(x, y, None, None, groups, v, 0.0, (4, 3, 4), None)  # channels of 3 in rows of 8
     with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):
-        ext.reduce_scale(x, y, None, None, groups, v, 0.0, (4, 8, 4), torch.empty(4, 2, device="cuda", dtype=torch.float64))
-    scan = _build.load("scan")
+        ext("group_norm").reduce_scale(x, y, None, None, groups, v, 0.0, (4, 8, 4),
+                                       torch.empty(4, 2, device="cuda", dtype=torch.float64))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['cumsum'].op_id} takes no mask"):
-        scan.scan(x, y, REGISTRY["cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.bool))
+        ext("cumsum").scan(x, y, REGISTRY["cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.bool))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['masked_cumsum'].op_id} needs a mask"):
-        scan.scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False, None)
+        ext("masked_cumsum").scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False, None)
     with pytest.raises(RuntimeError, match="mask must be a bool tensor, or one of x's dtype, on x's device"):
-        scan.scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.int32))
+        ext("masked_cumsum").scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False,
+                                  torch.ones_like(x, dtype=torch.int32))

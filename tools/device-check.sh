@@ -27,7 +27,7 @@ export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
 steps=${*:-tests bench}
 status=0
 load_all="import normscan._build as b
-for f in b.extensions(): b.load(f)"
+b.load_all([(e, op) for e in b.extensions() for op in b.extension_ops(e).values()])"
 python3 -m normscan env 2>&1 | tee "$dir/env.log"
 python3 -c "$load_all" 2>&1 | tee "$dir/build.log" || exit 1
 IFS=';' read -r -a variants <<< "${NORMSCAN_TUNE_VARIANTS:-}"

@@ -14,9 +14,9 @@ flags); then each is timed in its own process (median of CUDA events over rotati
 with the device copy rate alongside, in NORMSCAN_TUNE_ROUNDS rounds (default 3) of fresh allocations: the rounds' spread is the
 noise any difference between variants must exceed.
 
-With NORMSCAN_TUNE_CASES, every build holds only the ops those entries time (-DNORMSCAN_ONLY_OPS,
-csrc/device/types.cuh), and only their families' extensions are built: a family's build time
-grows with its kernels (NOTES.md, "Building"), and one op is a seventh of reduce_scale's.
+Only the ops the entries time are built (normscan builds each op's kernels apart), and with
+NORMSCAN_TUNE_CASES those are few: one op's build is a fraction of a family's (NOTES.md,
+"Building").
 """
 
 import json
@@ -25,17 +25,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Loads (builds where needed) the extensions, the tuned ones with the variant's flags (argv[1]),
-# those first: the variants build them side by side, then one builds each other one while the
-# rest wait for it (_build's lock). Each extension's flags start with its own ({only}).
+# Loads (builds where needed) the (extension, op) builds, those of the tuned extensions with the
+# variant's flags (argv[1]) first: the variants build them side by side, then one builds each
+# other one while the rest wait for it (_build's lock).
 LOAD = """
 import os, sys
 import normscan._build as b
-only = {only!r}
-tuned = {tuned!r} or list(only)
-for e in sorted(only, key=lambda e: e not in tuned):
-    os.environ["NORMSCAN_EXTRA_CUDA_FLAGS"] = " ".join(f for f in (only[e], sys.argv[1] if e in tuned else "") if f)
-    b.load(e)
+tuned = {tuned!r} or b.extensions()
+for e, op in sorted({builds!r}, key=lambda build: build[0] not in tuned):
+    os.environ["NORMSCAN_EXTRA_CUDA_FLAGS"] = sys.argv[1] if e in tuned else ""
+    b.load(e, op)
 """
 TIMING = r"""
 import json, torch
@@ -76,21 +75,12 @@ def selected_entries(only: list[str], training: str) -> list:
     return [e for e in entries if not only or any(o in e.label for o in only)]
 
 
-def extension_flags(only: list[str], training: str) -> dict[str, str]:
-    """The extensions to build, each with the flags that hold it to the ops of the entries timed
-    (a family's forward and backward share its op ids); every extension, with none, where
-    every entry is timed."""
-    from normscan import _build
-    from normscan.registry import REGISTRY
+def builds(only: list[str], training: str) -> list[tuple[str, int]]:
+    """The (extension, op) builds the timed entries run: forward, and backward where gradients
+    are timed."""
+    from normscan.cli.bench import builds_of
 
-    if not only:
-        return {e: "" for e in _build.extensions()}
-    masks: dict[str, int] = {}
-    for entry in selected_entries(only, training):
-        spec = REGISTRY[entry.op]
-        masks[spec.family.name] = masks.get(spec.family.name, 0) | 1 << spec.op_id
-    return {e: f"-DNORMSCAN_ONLY_OPS={masks[f]:#x}ull" for f in masks
-            for e in (f, f + _build.BACKWARD) if e in _build.extensions() and (e == f or training)}
+    return builds_of(selected_entries(only, training), bool(training))
 
 
 def main(variants: list[str], build_only: bool = False) -> int:
@@ -103,7 +93,7 @@ def main(variants: list[str], build_only: bool = False) -> int:
     # Each variant's flags apply to the tuned extensions; the others are built once, without
     # them. Builds share one cache, where a build's folder is named by a hash of its flags.
     sys.path.insert(0, str(root / "src"))
-    load = LOAD.format(only=extension_flags(only, training), tuned=tuned)
+    load = LOAD.format(builds=builds(only, training), tuned=tuned)
     builds = [subprocess.Popen([sys.executable, "-c", load, flags], env=env) for flags in variants]
     for b in builds:
         if b.wait() != 0:

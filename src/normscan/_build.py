@@ -1,20 +1,22 @@
 """First-use build of the CUDA kernels in ``csrc/``: a kernel family's forward and its
-backward are each an extension of their own.
+backward are each an extension of their own, and each is built one op at a time.
 
 An extension (``csrc/<family>/binding.cu``, or ``backward_binding.cu`` for
 ``<family>_backward``, with the headers it includes) is compiled through ``load_inline``
-when it is first used (an op of the family, or its gradient), for the current device's
-architecture only, and cached under ``cache_dir()`` in a folder named by the extension and
-a hash of its sources, the flags and the toolchain: a change to any of them builds anew, nothing else
-does. So a first call builds only what it uses. Concurrent builds serialise on an
-``flock`` (the kernel drops it when a process dies, so a killed build never leaves a lock
-behind); a build happens in a private folder that is renamed into place only once
-complete.
+for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is first used
+(called, or its gradient taken), for the current device's architecture only, and cached
+under ``cache_dir()`` in a folder named by the extension, the op and a hash of the sources,
+the flags and the toolchain: a change to any of them builds anew, nothing else does. So a
+first call builds only what it uses: one op's kernels took 37-46 s of reduce_scale's 184 s
+on one core (NOTES.md, "Building"). Concurrent builds serialise on an ``flock`` (the kernel
+drops it when a process dies, so a killed build never leaves a lock behind); a build happens
+in a private folder that is renamed into place only once complete.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -108,6 +110,35 @@ def extension_entries(extension: str) -> list[str]:
     return re.findall(rf"\b({extension}(?:_contiguous)?)\(", (CSRC / ENTRIES).read_text())
 
 
+def ops_macro(family: str) -> str:
+    """The X-macro that lists a family's ops by id in csrc/<family>/ops.cuh."""
+    return f"NORMSCAN_{family.upper()}_OPS"
+
+
+@functools.cache
+def extension_ops(extension: str) -> dict[str, int]:
+    """The ops an extension has kernels for, functor -> id (the family's ids): a family's, its
+    list in ops.cuh; its backward's, those of its ``NORMSCAN_<FAMILY>_BACKWARD_OPS`` list
+    where it has one, else those whose functor sets ``kFusedBackward = true``."""
+    family = extension.removesuffix(BACKWARD)
+    text = (CSRC / family / "ops.cuh").read_text()
+
+    def listed(macro: str) -> dict[str, int] | None:
+        line = re.search(rf"#define {macro}\(X\)((?:.*\\\n)*.*)", text)  # continued lines too
+        return None if line is None else {f: int(i) for i, f in re.findall(r"X\((\d+),\s*(\w+)\)", line.group(1))}
+
+    ops = listed(ops_macro(family))
+    if extension == family:
+        return ops
+    fused = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", text)
+    return listed(ops_macro(family + "_BACKWARD")) or {f: i for f, i in ops.items() if f in fused}
+
+
+def only_ops_flag(op: int) -> str:
+    """The nvcc flag that builds one op's kernels alone (csrc/device/types.cuh)."""
+    return f"-DNORMSCAN_ONLY_OPS={1 << op:#x}ull"
+
+
 def module_source(extension: str) -> str:
     """load_inline's main.cpp: the families' entries declared, and the module binding this
     extension's; the fast path's through CPython's calling convention (csrc/fastcall.h), the
@@ -175,19 +206,27 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _name(extension: str, source: str, capability: tuple[int, int]) -> str:
-    """The built module's name and cache folder: the extension and the key of what builds it."""
-    return f"normscan_{extension}_{build_key(source + chr(0) + module_source(extension), capability)}"
+def _functor(extension: str, op: int) -> str:
+    return next(f for f, i in extension_ops(extension).items() if i == op)
 
 
-def is_built(extension: str) -> bool:
-    """Whether this extension for this device, sources and toolchain is in the cache."""
+def _name(extension: str, op: int, source: str, capability: tuple[int, int]) -> str:
+    """The built module's name and cache folder: the extension, the op, and the key of what
+    builds them."""
+    key = build_key("\0".join([source, module_source(extension), only_ops_flag(op)]), capability)
+    return f"normscan_{extension}_{_functor(extension, op)}_{key}"
+
+
+def is_built(extension: str, op: int) -> bool:
+    """Whether this extension's build of this op for this device, sources and toolchain is in
+    the cache."""
     if not torch.cuda.is_available():
         return False
-    return (cache_dir() / _name(extension, extension_source(extension), arch()) / "COMPLETE").exists()
+    return (cache_dir() / _name(extension, op, extension_source(extension), arch()) / "COMPLETE").exists()
 
 
-def _compile(name: str, extension: str, source: str, capability: tuple[int, int], folder: Path) -> ModuleType:
+def _compile(name: str, extension: str, op: int, source: str, capability: tuple[int, int],
+             folder: Path) -> ModuleType:
     from torch.utils import cpp_extension
 
     kwargs = {}
@@ -198,9 +237,10 @@ def _compile(name: str, extension: str, source: str, capability: tuple[int, int]
     try:
         return cpp_extension.load_inline(
             name=name, cpp_sources=[module_source(extension)], cuda_sources=[source], functions=None,
-            extra_cuda_cflags=cuda_flags(), build_directory=str(folder), verbose=False, **kwargs)
+            extra_cuda_cflags=cuda_flags() + [only_ops_flag(op)], build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
-        raise BuildError(f"normscan: compiling the {extension} kernels for sm_{capability[0]}{capability[1]} "
+        raise BuildError(f"normscan: compiling the {extension} kernels of {_functor(extension, op)} for "
+                         f"sm_{capability[0]}{capability[1]} "
                          f"failed (build folder {folder}):\n{err}") from err
     finally:
         if saved is None:
@@ -209,23 +249,29 @@ def _compile(name: str, extension: str, source: str, capability: tuple[int, int]
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
-# The extension if this process has loaded it already, else None (no build, no import): the
-# public functions' fast path (registry.py), which leaves a first call to load().
+# The build of (extension, op) if this process has loaded it already, else None (no build,
+# no import): the public functions' fast path (registry.py), which leaves a first call to load().
 loaded = _modules.get
 
 
-def load(extension: str) -> ModuleType:
-    """One compiled extension (a family's name for its forward, ``<family>_backward`` for
-    its backward), built on first use. Raises BuildError on failure."""
-    module = _modules.get(extension)
+def load(extension: str, op: int) -> ModuleType:
+    """One op's build of a compiled extension (a family's name for its forward,
+    ``<family>_backward`` for its backward; `op` the op's id in the family's list), built on
+    first use: each op's kernels are built apart, so a first call compiles only its own.
+    Raises BuildError on failure."""
+    key = (extension, op)
+    module = _modules.get(key)
     if module is not None:
         return module
     with _modules_lock:
-        if extension in _modules:
-            return _modules[extension]
+        if key in _modules:
+            return _modules[key]
         if extension not in extensions():
             raise ValueError(f"normscan: no kernel extension {extension!r}; the extensions are "
                              f"{', '.join(extensions())}")
+        if op not in extension_ops(extension).values():
+            raise ValueError(f"normscan: the {extension} kernels have no op {op!r}; their ops are "
+                             + ", ".join(f"{i} ({f})" for f, i in extension_ops(extension).items()))
         if not torch.cuda.is_available():
             raise RuntimeError("normscan: the CUDA kernels need a CUDA device, and torch sees none "
                                f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
@@ -237,36 +283,36 @@ def load(extension: str) -> ModuleType:
                 "use the PyTorch expressions in normscan.reference, or move the tensors to the CPU, where normscan "
                 "computes them.")
         source = extension_source(extension)
-        name = _name(extension, source, capability)
+        name = _name(extension, op, source, capability)
         root = cache_dir()
         final = root / name
         if not (final / "COMPLETE").exists():
             root.mkdir(parents=True, exist_ok=True)
             with _file_lock(root / f"{name}.lock"):
                 if not (final / "COMPLETE").exists():
-                    _modules[extension] = _build_into(name, extension, source, capability, root, final)
-                    return _modules[extension]
-        _modules[extension] = _import_built(name, final)
-        return _modules[extension]
+                    _modules[key] = _build_into(name, extension, op, source, capability, root, final)
+                    return _modules[key]
+        _modules[key] = _import_built(name, final)
+        return _modules[key]
 
 
-def load_all(extensions: list[str]) -> list[ModuleType]:
-    """The extensions, loaded; those not yet in the cache built at once, each by a process of
-    its own (its progress and any compiler output on this process's stderr): a build is
-    mostly one single-threaded compiler process (NOTES.md, "Building"), so side by side they
-    take about the longest one's time, not the sum. Raises BuildError if one fails."""
+def load_all(builds: list[tuple[str, int]]) -> list[ModuleType]:
+    """The (extension, op) builds, loaded; those not yet in the cache built at once, each by a
+    process of its own (its progress and any compiler output on this process's stderr): a
+    build is mostly one single-threaded compiler process (NOTES.md, "Building"), so side by
+    side they take about the longest one's time, not the sum. Raises BuildError if one fails."""
     if torch.cuda.is_available() and arch() >= MIN_CAPABILITY:  # else load() says what is missing
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        builds = {e: subprocess.Popen([sys.executable, "-c", f"import normscan._build as b; b.load({e!r})"], env=env)
-                  for e in extensions if e not in _modules and not is_built(e)}
-        failed = [e for e, b in builds.items() if b.wait() != 0]
+        started = {b: subprocess.Popen([sys.executable, "-c", f"import normscan._build as b; b.load(*{b!r})"], env=env)
+                   for b in dict.fromkeys(builds) if b not in _modules and not is_built(*b)}
+        failed = [f"{e} ({_functor(e, op)})" for (e, op), proc in started.items() if proc.wait() != 0]
         if failed:
-            raise BuildError(f"normscan: building the {', '.join(failed)} kernels failed (the compiler's output is "
-                             "above, from the process that built each)")
-    return [load(e) for e in extensions]
+            raise BuildError(f"normscan: building the kernels of {', '.join(failed)} failed (the compiler's output "
+                             "is above, from the process that built each)")
+    return [load(*b) for b in builds]
 
 
-def _build_into(name: str, extension: str, source: str, capability: tuple[int, int], root: Path,
+def _build_into(name: str, extension: str, op: int, source: str, capability: tuple[int, int], root: Path,
                 final: Path) -> ModuleType:
     # Leftovers of builds that were killed: we hold the lock, so nobody else is using them.
     for stale in root.glob(f"{name}.tmp*"):
@@ -276,11 +322,12 @@ def _build_into(name: str, extension: str, source: str, capability: tuple[int, i
     tmp = root / f"{name}.tmp{os.getpid()}"
     tmp.mkdir()
     _ensure_visible_logging()
-    log.info("building the %s kernels for sm_%d%d (their first use; this takes a minute or two) in %s",
-             extension, capability[0], capability[1], final)
+    functor = _functor(extension, op)
+    log.info("building the %s kernels of %s for sm_%d%d (their first use; this takes a minute or so) in %s",
+             extension, functor, capability[0], capability[1], final)
     start = time.perf_counter()
-    module = _compile(name, extension, source, capability, tmp)
+    module = _compile(name, extension, op, source, capability, tmp)
     (tmp / "COMPLETE").write_text(f"{time.perf_counter() - start:.1f} s\n")
     os.replace(tmp, final)
-    log.info("built the %s kernels in %.1f s", extension, time.perf_counter() - start)
+    log.info("built the %s kernels of %s in %.1f s", extension, functor, time.perf_counter() - start)
     return module

@@ -95,7 +95,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
     `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
     for the checks, which poison them."""
-    if spec.region != "dim" and not spec.whole:  # layer_norm, the channel norms: no fused backward (kFusedBackward)
+    if spec.op_id not in _build.extension_ops("reduce_scale_backward").values():  # no kFusedBackward
         return None
     given = dict(zip(spec.params, args))
     eps, weight = given.get("eps", 0.0), given.get("weight")
@@ -105,7 +105,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
         return None
     v, grad, g_row_stride = rows
     weight_grad = param_grads and weight is not None
-    ext = _build.load("reduce_scale_backward")
+    ext = _build.load("reduce_scale_backward", spec.op_id)
     done, dw, _ = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, g_row_stride, eps)
     if not done:
         return None
@@ -127,5 +127,5 @@ def scan(spec, grad, x, dim, args, param_grads, *, dx=None) -> list | None:
     if rows is None:
         return None
     v, grad, g_row_stride = rows
-    done = _build.load("scan_backward").scan_backward(x, grad, dx, spec.op_id, v, g_row_stride, reverse, exclusive)
+    done = _build.load("scan_backward", spec.op_id).scan_backward(x, grad, dx, spec.op_id, v, g_row_stride, reverse, exclusive)
     return [dx] if done else None

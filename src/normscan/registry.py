@@ -241,26 +241,22 @@ class Family:
     that has no such parameter passes."""
     name: str
     launch: Callable[..., None]
-    ops_macro: str  # the X-macro listing its functors by id in csrc/<name>/ops.cuh
     backward: Callable[..., list | None]
     fast_args: dict[str, str]
 
+    @property
+    def ops_macro(self) -> str:
+        """The X-macro listing its functors by id in csrc/<name>/ops.cuh."""
+        return _build.ops_macro(self.name)
+
     def functor_ids(self) -> dict[str, int]:
         """Functor -> op id, as csrc/<name>/ops.cuh lists them."""
-        return _functor_ids(self.name, self.ops_macro)
-
-
-@functools.cache
-def _functor_ids(family: str, macro: str) -> dict[str, int]:
-    text = (_build.CSRC / family / "ops.cuh").read_text()
-    line = re.search(rf"#define {macro}\(X\)((?:.*\\\n)*.*)", text).group(1)  # continued lines too
-    return {functor: int(i) for i, functor in re.findall(r"X\((\d+),\s*(\w+)\)", line)}
+        return _build.extension_ops(self.name)
 
 
 FAMILIES = {f.name: f for f in [
-    Family("reduce_scale", _launch_reduce_scale, "NORMSCAN_REDUCE_SCALE_OPS", backward_impl.reduce_scale,
-           {"eps": "0.0", "weight": "None"}),
-    Family("scan", _launch_scan, "NORMSCAN_SCAN_OPS", backward_impl.scan, {"reverse": "False", "exclusive": "False"})]}
+    Family("reduce_scale", _launch_reduce_scale, backward_impl.reduce_scale, {"eps": "0.0", "weight": "None"}),
+    Family("scan", _launch_scan, backward_impl.scan, {"reverse": "False", "exclusive": "False"})]}
 
 
 # ---------------------------------------------------------------- ops
@@ -475,7 +471,7 @@ class OpSpec:
                 v = view.fold(x, y, dim)
             given["mask"] = view.laid_out_as(given["mask"], x)
         if y.numel():
-            self.family.launch(_build.load(self.family.name), x, y, self.op_id, v, **given)
+            self.family.launch(_build.load(self.family.name, self.op_id), x, y, self.op_id, v, **given)
         return y
 
     def _launch_grouped(self, x: torch.Tensor, dim, args, out: torch.Tensor | None) -> tuple:
@@ -500,8 +496,8 @@ class OpSpec:
                 raise ValueError(f"normscan.{self.name}: out (strides {y.stride()}) takes no grouped view; pass an "
                                  "out laid out as output_like(x)")
         kwargs = {n: given[n] for n in ("weight", "bias", "eps")}
-        self.family.launch(_build.load(self.family.name), p.x3, p.y3, self.op_id, p.view, grouping=p.grouping,
-                           stats=stats, **kwargs)
+        self.family.launch(_build.load(self.family.name, self.op_id), p.x3, p.y3, self.op_id, p.view,
+                           grouping=p.grouping, stats=stats, **kwargs)
         return y, stats
 
     def launch_checked(self, *inputs):
@@ -675,11 +671,13 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
 
     The fast path is the eager call's common case whole in C++ (csrc/binding.cuh,
     contiguous_view): a contiguous CUDA x, arguments of the plain types (Param.fast), no
-    gradient wanted, not compiling, the family's extension loaded. Its entry checks the rest
-    and launches the same kernel, or returns None, and spec.call runs: the answer is the same
-    either way, only the host's time differs (NOTES.md, "Host time a call")."""
+    gradient wanted, not compiling, the op's build of its family's extension loaded. Its
+    entry checks the rest and launches the same kernel, or returns None, and spec.call runs:
+    the answer is the same either way, only the host's time differs (NOTES.md, "Host time a
+    call")."""
     params, namespace = [], {"_call": spec.call, "_Tensor": torch.Tensor, "_Parameter": torch.nn.Parameter,
-                             "_loaded": _build.loaded, "_compiling": torch.compiler.is_compiling}
+                             "_loaded": _build.loaded, "_compiling": torch.compiler.is_compiling,
+                             "_build_of_op": (spec.family.name, spec.op_id)}
     for i, p in enumerate(signature.parameters.values()):
         if p.kind is p.KEYWORD_ONLY and "*" not in params:
             params.append("*")
@@ -696,7 +694,7 @@ def _public_function(spec: OpSpec, stub: Callable, signature: inspect.Signature)
                   *(PARAMS[n].fast.format(n) for n in spec.params), "not _compiling()"]
         fast_args = ", ".join(n if n in spec.params else neutral for n, neutral in spec.family.fast_args.items())
         source += (f"    if {' and '.join(guards)}:\n"
-                   f"        ext = _loaded({spec.family.name!r})\n"
+                   f"        ext = _loaded(_build_of_op)\n"
                    f"        if ext is not None:\n"
                    f"            y = ext.{spec.family.name}_contiguous(x, dim, {spec.op_id}, {fast_args})\n"
                    f"            if y is not None:\n"

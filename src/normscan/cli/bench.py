@@ -129,6 +129,16 @@ def entries(args: argparse.Namespace) -> list[timing.Entry]:
     return catalogue.kernelbench_entries(args.ops)
 
 
+def builds_of(chosen: list[timing.Entry], training: bool) -> list[tuple[str, int]]:
+    """The (extension, op) builds the entries run: each op's forward, and its backward's where
+    it has one and gradients are timed."""
+    forward = list(dict.fromkeys((REGISTRY[e.op].family.name, REGISTRY[e.op].op_id) for e in chosen))
+    backward = [(f + _build.BACKWARD, op) for f, op in forward
+                if training and f + _build.BACKWARD in _build.extensions()
+                and op in _build.extension_ops(f + _build.BACKWARD).values()]
+    return list(dict.fromkeys(forward + backward))
+
+
 def main(args: argparse.Namespace) -> int:
     chosen = entries(args)
     if not chosen:
@@ -143,9 +153,7 @@ def main(args: argparse.Namespace) -> int:
               "this shows the API works, not any speed-up.")
         chosen = catalogue.on_cpu(chosen)
     else:
-        families = dict.fromkeys(REGISTRY[e.op].family.name for e in chosen)
-        backward = [f + _build.BACKWARD for f in families if args.training and f + _build.BACKWARD in _build.extensions()]
-        _build.load_all([*families, *backward])  # built (with their progress lines) before anything is timed
+        _build.load_all(builds_of(chosen, args.training))  # built (with their progress lines) before anything is timed
     uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None) if device == "cuda" else None
     with DeviceLog(str(uuid) if uuid else None, enabled=device == "cuda") as log:
         copy_gbs = timing.copy_bandwidth(args.repeat, device)

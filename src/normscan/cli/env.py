@@ -57,11 +57,12 @@ def facts() -> list[tuple[str, str]]:
     rows += [("cache folder", str(_build.cache_dir()))]
     for extension in _build.extensions():
         if not cuda:
-            state = "no: the CUDA kernels cannot be built or run here (no CUDA device); CPU tensors use the reference"
-        else:
-            use = "a gradient through one of its ops" if extension.endswith(_build.BACKWARD) else "one of its ops"
-            state = "yes" if _build.is_built(extension) else f"no (built on first use of {use})"
-        rows.append((f"{extension} kernels built", state))
+            rows.append((f"{extension} kernels built", "no: the CUDA kernels cannot be built or run here (no CUDA "
+                                                       "device); CPU tensors use the reference"))
+            continue
+        use = "a gradient through it" if extension.endswith(_build.BACKWARD) else "its first call"
+        built = [f for f, op in _build.extension_ops(extension).items() if _build.is_built(extension, op)]
+        rows.append((f"{extension} kernels built", f"{', '.join(built) or 'none'} (each op's on {use})"))
     return rows
 
 

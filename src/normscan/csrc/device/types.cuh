@@ -51,8 +51,8 @@ __device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
 // A family's ops are an X-macro list of (id, functor), X(0, SumOp) ...; this defines
 // `bool NAME(int64_t op, F&& f)`, which calls f(Functor{}) for the functor of id `op` and
 // returns false where the list has none, or where NORMSCAN_ONLY_OPS (a mask of ids: bit id
-// set, the op built) leaves it out: tools/tune.py builds only the ops its cases time, whose
-// kernels are a fraction of a family's build time.
+// set, the op built) leaves it out: normscan/_build.py builds each op's kernels apart, a
+// fraction of a whole family's build time.
 #ifndef NORMSCAN_ONLY_OPS
 #define NORMSCAN_ONLY_OPS (~0ull)
 #endif

@@ -53,7 +53,7 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
         }
       });
     });
-    TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));
+    TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });
   return {launched, dw, part};
 }

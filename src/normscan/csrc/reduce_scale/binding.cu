@@ -57,7 +57,7 @@ void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Ten
       check_param(x, bias, params, "bias");
       check_cuda(launch_reduce_scale<T, Op>(a, stream, Workspace(x)), "reduce_scale");
     });
-    TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op));
+    TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });
 }
 

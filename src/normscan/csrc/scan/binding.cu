@@ -36,7 +36,7 @@ void launch_view(const at::Tensor& x, at::Tensor& y, int64_t op, const normscan:
         check_cuda(launch_scan<T, Op>(common, stream, Workspace(x)), "scan");
       }
     });
-    TORCH_CHECK(known, "normscan: no scan op has id ", num(op));
+    TORCH_CHECK(known, "normscan: no scan op has id ", num(op), " in this build");
   });
 }
 
