@@ -140,6 +140,30 @@ def test_failed_build_raises_with_the_compilers_message(monkeypatch, tmp_path):
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"  # the user's setting is given back
 
 
+def test_load_builds_one_ops_kernels_into_its_own_cache_folder(monkeypatch, tmp_path, caplog):
+    """load(extension, op) on a first use: the build (load_inline faked) of that op alone, in
+    a folder named by the extension and the op, marked complete, kept for the process."""
+    from torch.utils import cpp_extension
+
+    built, modules = [], {}
+    monkeypatch.setattr(_build, "_modules", modules)
+    monkeypatch.setattr(_build, "loaded", modules.get)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_build, "arch", lambda: (9, 0))
+    monkeypatch.setenv("NORMSCAN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load_inline", lambda **kwargs: built.append(kwargs) or object())
+    rms = FAMILIES["reduce_scale"].functor_ids()["RmsNormOp"]
+    with caplog.at_level("INFO", logger="normscan"):
+        module = _build.load("reduce_scale", rms)
+    assert _build.load("reduce_scale", rms) is module and _build.loaded(("reduce_scale", rms)) is module
+    assert len(built) == 1 and built[0]["extra_cuda_cflags"][-1] == _build.only_ops_flag(rms)
+    folders = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert [f.name.startswith("normscan_reduce_scale_RmsNormOp_") for f in folders] == [True]
+    assert (folders[0] / "COMPLETE").exists() and _build.is_built("reduce_scale", rms)
+    assert not _build.is_built("reduce_scale", FAMILIES["reduce_scale"].functor_ids()["SoftmaxOp"])
+    assert "building the reduce_scale kernels of RmsNormOp for sm_90" in caplog.text
+
+
 def test_load_all_builds_what_is_missing_side_by_side_then_loads_everything(monkeypatch):
     started, waited = [], []
 
