@@ -23,7 +23,11 @@ LAST_DIM_SHAPES = {"softmax": LLM_ROW_SHAPES, "log_softmax": LLM_ROW_SHAPES}
 # Ops with a weight: LLM hidden sizes along the last dim, weighted; and the channel dim of
 # NCHW tensors (fp32).
 WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
-CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512)]
+CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]
+# Long rows along the last dim (issue #22, where QuACK was ahead): the norms over one dim,
+# rms_norm with and without its weight, beside the peers.
+LONG_ROW_SHAPES = [(1024, 65536), (512, 131072), (256, 262144)]
+LONG_ROW_OPS = ("l2_normalize", "l1_normalize", "rms_norm")
 # A whole-tensor op needs every element before its first output: x is read twice where it
 # exceeds the L2 cache (the H100's 50 MB), else the second read can come from L2.
 L2_BYTES = 50 << 20
@@ -137,7 +141,7 @@ def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
 
 
 def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entry]:
-    """Each op's shape sweep: rows in every dtype asked; the channel dim and the scans in
+    """Each op's shape sweep: rows and the channel RMSNorm in every dtype asked; the scans in
     float32 when it is asked (their bars are fp32), else in the dtypes asked."""
     out: list[Entry] = []
     specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
@@ -146,8 +150,12 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
         for spec in specs:
             if spec.family.name != "reduce_scale":
                 continue
+            if spec.name in LONG_ROW_OPS:
+                for shape in LONG_ROW_SHAPES:
+                    out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))
             if spec.takes("weight"):
-                for shape in LLM_ROW_SHAPES if spec.trailing else WEIGHTED_ROW_SHAPES:
+                shapes = LLM_ROW_SHAPES if spec.trailing else WEIGHTED_ROW_SHAPES + LONG_ROW_SHAPES
+                for shape in shapes:
                     dim = shape[-1:] if spec.trailing else -1
                     out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, dim, weight=True,
                                       with_peers=True))
@@ -166,12 +174,13 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             else:
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
-    for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
-        dt = str(dtype).replace("torch.", "")
-        for spec in specs:
+        for spec in specs:  # the channel RMSNorm in every dtype asked (issue #22: fp32 and 16-bit)
             if spec.family.name == "reduce_scale" and spec.takes("weight") and not spec.trailing:
                 for shape in CHANNEL_SHAPES:
                     out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
+    for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
+        dt = str(dtype).replace("torch.", "")
+        for spec in specs:
             if spec.family.name == "scan":
                 for shape, dim in SCAN_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} dim={dim} {dt}", spec, shape, dtype, dim))

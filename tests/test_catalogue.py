@@ -1,0 +1,21 @@
+"""What the bench times (catalogue.py), without a GPU."""
+
+import torch
+
+from normscan import catalogue
+
+
+def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
+    """Issue #22's shapes: long rows of the norms over one dim (rms_norm with and without its
+    weight) beside the peers, and the channel RMSNorm, each in fp32 and bf16."""
+    entries = {e.label: e for e in catalogue.sweep_entries(None, [torch.float32, torch.bfloat16])}
+    for dt in ("float32", "bfloat16"):
+        for shape in [(1024, 65536), (512, 131072), (256, 262144)]:
+            for op in ("l2_normalize", "l1_normalize", "rms_norm"):
+                e = entries[f"{op} last-dim {shape} {dt}"]
+                assert e.dim == -1 and not e.weight and e.shape == shape
+            e = entries[f"rms_norm last-dim+w {shape} {dt}"]
+            assert e.weight and "eager" in e.baselines and "compile" in e.baselines
+        for shape in [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]:
+            assert entries[f"rms_norm dim=1 {shape} {dt}"].dim == 1
+    assert not any(l.startswith("cumsum") and l.endswith("bfloat16") for l in entries)  # scans: fp32
