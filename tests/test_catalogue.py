@@ -19,3 +19,21 @@ def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
         for shape in [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]:
             assert entries[f"rms_norm dim=1 {shape} {dt}"].dim == 1
     assert not any(l.startswith("cumsum") and l.endswith("bfloat16") for l in entries)  # scans: fp32
+
+
+def test_host_time_cases_time_ours_against_pytorchs_op():
+    """The main job's host-time rows (issue #22's table): each case's two calls give one answer,
+    and the timer gives a median within its min and max, each way."""
+    from normscan import timing
+
+    cases = catalogue.host_time_cases("cpu")
+    assert [c[0] for c in cases] == ["rms_norm 1x4096 bf16", "rms_norm+w 1x4096 bf16", "l2_normalize 8x4096 fp32",
+                                     "softmax 8x4096 bf16", "cumsum 8x4096 bf16", "cumprod 8x4096 fp32"]
+    for label, ours, theirs, _ in cases:
+        torch.testing.assert_close(ours().float(), theirs().float(), rtol=2e-2, atol=1e-2, msg=label)
+    assert [c[0] for c in catalogue.host_time_cases("cpu", ["cumsum"])] == ["cumsum 8x4096 bf16"]
+    rows = timing.host_times(cases[:2], repeat=3, device="cpu")
+    assert [r.theirs_name for r in rows] == ["F.rms_norm", "F.rms_norm"]
+    for r in rows:
+        for t in (r.ours_us, r.theirs_us):
+            assert 0 < t[1] <= t[0] <= t[2]

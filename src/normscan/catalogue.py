@@ -1,12 +1,14 @@
 """What the bench times, from the registry: each KernelBench problem at its size, and each
 op's shape sweep (by its family and arguments), beside eager PyTorch, torch.compile and
-the peers that have the op; on the CPU the same entries at reduced sizes.
+the peers that have the op; on the CPU the same entries at reduced sizes. And the host time
+of an eager call on tiny inputs, against the PyTorch op each replaces.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from typing import Callable
 
 import torch
 
@@ -244,3 +246,30 @@ def on_cpu(entries: list[Entry]) -> list[Entry]:
         dim = shape[len(shape) - len(e.dim):] if isinstance(e.dim, tuple) else e.dim  # normalized_shape, reduced too
         out.append(Entry(label, e.op, shape, e.dtype, dim, e.kwargs, e.weight, e.baselines, e.mode, e.tensors))
     return out
+
+
+def host_time_cases(device: str = "cuda", ops_: list[str] | None = None) -> list[tuple[str, Callable, Callable, str]]:
+    """(label, ours, theirs, their name): the public functions (their eager calls' fast path)
+    on issue #22's tiny inputs, against the PyTorch op each replaces; those of `ops_` alone
+    where given."""
+    from . import ops
+
+    F = torch.nn.functional
+    bf = dict(device=device, dtype=torch.bfloat16)
+    row, rows = torch.randn(1, 4096, **bf), torch.randn(8, 4096, **bf)
+    w = torch.rand(4096, **bf)
+    f32 = torch.randn(8, 4096, device=device)
+    cases = [  # (op, label, ours, theirs, their name)
+        ("rms_norm", "rms_norm 1x4096 bf16", lambda: ops.rms_norm(row, -1, None), lambda: F.rms_norm(row, (4096,)),
+         "F.rms_norm"),
+        ("rms_norm", "rms_norm+w 1x4096 bf16", lambda: ops.rms_norm(row, -1, None, w),
+         lambda: F.rms_norm(row, (4096,), w), "F.rms_norm"),
+        ("l2_normalize", "l2_normalize 8x4096 fp32", lambda: ops.l2_normalize(f32, 1),
+         lambda: F.normalize(f32, dim=1), "F.normalize"),
+        ("softmax", "softmax 8x4096 bf16", lambda: ops.softmax(rows, -1), lambda: torch.softmax(rows, -1),
+         "torch.softmax"),
+        ("cumsum", "cumsum 8x4096 bf16", lambda: ops.cumsum(rows, 1), lambda: torch.cumsum(rows, 1), "torch.cumsum"),
+        ("cumprod", "cumprod 8x4096 fp32", lambda: ops.cumprod(f32, 1), lambda: torch.cumprod(f32, 1),
+         "torch.cumprod"),
+    ]
+    return [case[1:] for case in cases if ops_ is None or case[0] in ops_]

@@ -5,7 +5,7 @@ On CUDA, times are medians of CUDA-event timings after warm-up. Before each time
 kernel reads a 256 MB buffer 8 times (~0.7 ms): it leaves L2 holding nothing of the op's
 tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
 prepares the call, so the events measure device time, not the host's launch cost
-(tools/overhead.py measures that). Inputs also rotate through enough copies to exceed
+(host_times measures that, for the sweep and tools/overhead.py). Inputs also rotate through enough copies to exceed
 twice the L2 cache. On the CPU, times are medians of wall-clock timings after warm-up.
 Bandwidth counts the fewest bytes any implementation must move: x read once, y written once
 (an entry's `tensors`: a norm's backward reads x and the gradient and writes dx, three).
@@ -260,3 +260,52 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
         rows.append(Row(entry.label, entry.op, list(entry.shape), str(entry.dtype).replace("torch.", ""),
                         entry.bytes_moved, ms, error, bound, ok, per_round, warmup, peer_errors))
     return rows
+
+
+# Host time a call (issue #22's bar: no more than the PyTorch op each replaces).
+HOST_CALLS = 300
+
+
+@dataclass
+class HostTime:
+    """Host microseconds a call of ours and of the PyTorch op it replaces: the median, min and
+    max of `repeat` runs, the two taking turns."""
+    label: str
+    theirs_name: str
+    ours_us: tuple[float, float, float]
+    theirs_us: tuple[float, float, float]
+
+
+def host_us_per_call(fn: Callable, device: str = "cuda", calls: int = HOST_CALLS) -> float:
+    """`calls` back-to-back calls on a tiny input, per call: between two CUDA events (the GPU
+    waits on the host, so the events time the host), or by the clock on the CPU."""
+    if device == "cpu":
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return 1e6 * (time.perf_counter() - start) / calls
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return 1e3 * start.elapsed_time(end) / calls
+
+
+def host_times(cases: list[tuple[str, Callable, Callable, str]], repeat: int, device: str = "cuda") -> list[HostTime]:
+    """Each case (label, ours, theirs, their name) timed `repeat` times each way, taking turns,
+    after warm-up calls (which build and load our kernels)."""
+    for _, ours, theirs, _ in cases:
+        for _ in range(3 * HOST_CALLS):
+            ours(), theirs()
+    times = {label: ([], []) for label, *_ in cases}
+    for _ in range(repeat):
+        for label, ours, theirs, _ in cases:
+            times[label][0].append(host_us_per_call(ours, device))
+            times[label][1].append(host_us_per_call(theirs, device))
+
+    def spread(t: list[float]) -> tuple[float, float, float]:
+        return statistics.median(t), min(t), max(t)
+    return [HostTime(label, name, spread(times[label][0]), spread(times[label][1])) for label, _, _, name in cases]
+

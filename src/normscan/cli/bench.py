@@ -52,6 +52,14 @@ def table_rows(rows: list[timing.Row], copy_gbs: float) -> list[list[str]]:
 
 HEADERS = ["problem", "dtype", "ours ms", "eager ms", "compile ms", "GB/s", "% copy", "vs eager", "vs compile",
            "rel err", "check"]
+HOST_HEADERS = ["case", "ours us", "PyTorch us", "PyTorch's op", "ours vs theirs"]
+
+
+def host_rows(host: list[timing.HostTime]) -> list[list[str]]:
+    def us(t):
+        return f"{t[0]:.2f} ({t[1]:.2f}-{t[2]:.2f})"
+    return [[h.label, us(h.ours_us), us(h.theirs_us), h.theirs_name, f"{h.theirs_us[0] / h.ours_us[0]:.2f}x"]
+            for h in host]
 
 
 def plot(rows: list[timing.Row], copy_gbs: float, path: Path, sweep: bool, device: str) -> bool:
@@ -83,9 +91,10 @@ def plot(rows: list[timing.Row], copy_gbs: float, path: Path, sweep: bool, devic
 
 
 def write_outputs(rows: list[timing.Row], copy_gbs: float, out: Path, sweep: bool, repeat: int,
-                  rounds: int = 1, device_state: dict | None = None) -> tuple[dict, bool]:
-    """bench.json (every figure, with device, versions, commit and the device's clocks while
-    it ran) and bench.png."""
+                  rounds: int = 1, device_state: dict | None = None,
+                  host: list[timing.HostTime] | None = None) -> tuple[dict, bool]:
+    """bench.json (every figure, with device, versions, commit, the device's clocks while it
+    ran, and the host time a call where it was measured) and bench.png."""
     out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"cpu ({platform.processor() or 'cpu'})"
     record = {
@@ -93,7 +102,7 @@ def write_outputs(rows: list[timing.Row], copy_gbs: float, out: Path, sweep: boo
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "normscan": __version__, "commit": source_commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
         "python": platform.python_version(), "repeat": repeat, "rounds": rounds, "copy_gbs": copy_gbs,
-        "device_state": device_state, "rows": [asdict(r) for r in rows],
+        "device_state": device_state, "rows": [asdict(r) for r in rows], "host_time": [asdict(h) for h in host or []],
     }
     (out / "bench.json").write_text(json.dumps(record, indent=1))
     return record, plot(rows, copy_gbs, out / "bench.png", sweep, device)
@@ -159,12 +168,19 @@ def main(args: argparse.Namespace) -> int:
         copy_gbs = timing.copy_bandwidth(args.repeat, device)
         rows = timing.run_entries(chosen, ours, args.repeat, args.rounds, device,
                                   progress=lambda items: progress(items, "bench"))
-    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep or args.training, args.repeat, args.rounds, log.state)
+    # The sweep also times the host's side of an eager call (issue #22), not the device's.
+    host = timing.host_times(catalogue.host_time_cases("cuda", args.ops), args.repeat) if (
+        args.sweep and device == "cuda") else []
+    record, plotted = write_outputs(rows, copy_gbs, args.out, args.sweep or args.training, args.repeat, args.rounds,
+                                    log.state, host)
     print(f"device {record['device']}, torch {torch.__version__}, commit {record['commit']}, "
           f"copy {copy_gbs:.0f} GB/s (read+write)")
     if device == "cuda":
         print(describe(log.state))
     print_table(HEADERS, table_rows(rows, copy_gbs))
+    if host:
+        print(f"host time of an eager call, us (median of {args.repeat} runs of {timing.HOST_CALLS} calls, min-max):")
+        print_table(HOST_HEADERS, host_rows(host))
     for name, why in catalogue.peers()[1].items():
         print(f"peer {name} not installed, not timed ({why})")
     for r in rows:
