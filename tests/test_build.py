@@ -164,6 +164,71 @@ def test_load_builds_one_ops_kernels_into_its_own_cache_folder(monkeypatch, tmp_
     assert "building the reduce_scale kernels of RmsNormOp for sm_90" in caplog.text
 
 
+# A CPU-only torch lacks CUDA_HOME, c10/cuda/impl/cuda_cmake_macros.h and the CUDA libraries:
+# given stand-ins, one op's real build links, and a module loaded with lazy binding runs what
+# needs no GPU (the bindings' argument handling).
+_BUILD_WITHOUT_GPU = """
+import os, sys
+sys.setdlopenflags(os.RTLD_LAZY | os.RTLD_GLOBAL)
+from pathlib import Path
+import torch
+from torch.utils import cpp_extension
+cpp_extension.CUDA_HOME = {cuda_home!r}
+from normscan import _build
+op = _build.extension_ops("scan")["SumOp"]
+m = _build._compile("normscan_scan_nogpu", "scan", op, _build.extension_source("scan"), (9, 0), Path({folder!r}))
+x = torch.randn(4, 8)
+assert type(m.scan_contiguous).__name__ == "builtin_function_or_method"
+assert m.scan_contiguous(x, 1, op, False, False) is None  # a CPU x: declined, nothing launched
+for args, error in [((x, 1, op, False), "takes 5 positional arguments, got 4"), ((x, "1", op, False, False), "an int"),
+                    (([x], 1, op, False, False), "a Tensor"), ((x, 1, op, 0, False), "a bool")]:
+    try:
+        m.scan_contiguous(*args)
+    except TypeError as err:
+        assert error in str(err), err
+    else:
+        raise AssertionError(args)
+try:
+    m.scan(x, x, op, [4, 8, 1, 8, 1, 0, 8, 1, 0], False, False, None)
+except RuntimeError as err:  # a c10::Error through torch's translation
+    assert "x and y must be CUDA tensors" in str(err), err
+print("MODULE OK")
+"""
+
+
+@pytest.mark.nvcc
+def test_a_built_op_binds_its_entries_as_load_inline_builds_it(tmp_path):
+    """_build's real build of one op (scan's cumsum) through load_inline, on this GPU-less
+    machine: main.cpp and cuda.cu compile with torch's flags and the op's -DNORMSCAN_ONLY_OPS,
+    the module links and imports, its fast-path entry is a CPython function that declines a CPU
+    x and raises TypeError for wrong arguments, and its pybind11 entry raises torch's errors."""
+    from conftest import NVCC
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine builds the real thing (the GPU tests)")
+    stubs = tmp_path / "stubs"
+    (stubs / "include" / "c10" / "cuda" / "impl").mkdir(parents=True)
+    (stubs / "include" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").write_text(
+        "#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    (stubs / "c10_cuda.cpp").write_text("namespace c10::cuda::CUDACachingAllocator { void* allocator = nullptr; }\n")
+    (stubs / "empty.cpp").write_text("\n")
+    for lib, src in [("libc10_cuda.so", "c10_cuda.cpp"), ("libtorch_cuda.so", "empty.cpp")]:
+        subprocess.run(["c++", "-std=c++17", "-shared", "-fPIC", "-o", str(stubs / lib), str(stubs / src)], check=True)
+    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda", str(Path(NVCC).resolve().parent.parent)]
+    cuda_home = next((h for h in homes if h and (Path(h) / "lib64" / "libcudart.so").exists()), None)
+    if cuda_home is None:
+        pytest.skip(f"no CUDA toolkit with lib64/libcudart.so among {homes}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), CPLUS_INCLUDE_PATH=str(stubs / "include"),
+               LIBRARY_PATH=str(stubs), LD_LIBRARY_PATH=os.pathsep.join([str(stubs), f"{cuda_home}/lib64"]),
+               PATH=os.pathsep.join([f"{cuda_home}/bin", os.environ.get("PATH", "")]))
+    folder = tmp_path / "build"
+    folder.mkdir()
+    run = subprocess.run([sys.executable, "-c", _BUILD_WITHOUT_GPU.format(cuda_home=cuda_home, folder=str(folder))],
+                         env=env, capture_output=True, text=True, timeout=1200)
+    assert "MODULE OK" in run.stdout, (run.stdout + run.stderr)[-4000:]
+    assert "-DNORMSCAN_ONLY_OPS=0x2ull" in (folder / "build.ninja").read_text()
+
+
 def test_load_all_builds_what_is_missing_side_by_side_then_loads_everything(monkeypatch):
     started, waited = [], []
 
