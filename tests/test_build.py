@@ -214,13 +214,13 @@ def test_a_built_op_binds_its_entries_as_load_inline_builds_it(tmp_path):
     (stubs / "empty.cpp").write_text("\n")
     for lib, src in [("libc10_cuda.so", "c10_cuda.cpp"), ("libtorch_cuda.so", "empty.cpp")]:
         subprocess.run(["c++", "-std=c++17", "-shared", "-fPIC", "-o", str(stubs / lib), str(stubs / src)], check=True)
-    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda", str(Path(NVCC).resolve().parent.parent)]
-    cuda_home = next((h for h in homes if h and (Path(h) / "lib64" / "libcudart.so").exists()), None)
+    homes = ["/usr/local/cuda", str(Path(NVCC).resolve().parent.parent)]
+    cuda_home = next((h for h in homes if (Path(h) / "lib64" / "libcudart.so").exists()), None)
     if cuda_home is None:
         pytest.skip(f"no CUDA toolkit with lib64/libcudart.so among {homes}")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), CPLUS_INCLUDE_PATH=str(stubs / "include"),
-               LIBRARY_PATH=str(stubs), LD_LIBRARY_PATH=os.pathsep.join([str(stubs), f"{cuda_home}/lib64"]),
-               PATH=os.pathsep.join([f"{cuda_home}/bin", os.environ.get("PATH", "")]))
+               LIBRARY_PATH=str(stubs), LD_LIBRARY_PATH=os.pathsep.join([str(stubs), f"{cuda_home}/lib64"]))
+    env["PATH"] = os.pathsep.join([f"{cuda_home}/bin", env.get("PATH", "")])
     folder = tmp_path / "build"
     folder.mkdir()
     run = subprocess.run([sys.executable, "-c", _BUILD_WITHOUT_GPU.format(cuda_home=cuda_home, folder=str(folder))],

@@ -129,6 +129,24 @@ def test_env_without_gpu_says_the_kernels_cannot_be_built_here():
     assert "cannot be built or run here" in run.stdout and "built on first use" not in run.stdout
 
 
+@NO_GPU
+def test_build_without_gpu_says_where_to_build():
+    run = normscan("build", "--ops", "cumsum", timeout=120)
+    assert run.returncode == 2 and "build them on that machine" in run.stdout and "Traceback" not in run.stderr
+
+
+def test_build_takes_each_ops_forward_and_its_fused_backward():
+    from normscan.cli import build
+    from normscan.registry import REGISTRY
+
+    ids = {name: REGISTRY[name].op_id for name in REGISTRY}
+    assert build.builds(["rms_norm", "softmax", "cumprod", "group_norm", "batch_norm"], True) == [
+        ("reduce_scale", ids["rms_norm"]), ("reduce_scale", ids["softmax"]), ("scan", ids["cumprod"]),
+        ("reduce_scale", ids["group_norm"]), ("reduce_scale_backward", ids["rms_norm"]),
+        ("scan_backward", ids["cumprod"])]  # group_norm and batch_norm: one functor, one build
+    assert build.builds(["rms_norm"], False) == [("reduce_scale", ids["rms_norm"])]
+
+
 def test_export_into_a_file_or_an_unwritable_folder_is_one_line(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")

@@ -209,7 +209,8 @@ def _file_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _functor(extension: str, op: int) -> str:
+def functor_of(extension: str, op: int) -> str:
+    """The functor of an extension's op id."""
     return next(f for f, i in extension_ops(extension).items() if i == op)
 
 
@@ -217,7 +218,7 @@ def _name(extension: str, op: int, source: str, capability: tuple[int, int]) -> 
     """The built module's name and cache folder: the extension, the op, and the key of what
     builds them."""
     key = build_key("\0".join([source, module_source(extension), only_ops_flag(op)]), capability)
-    return f"normscan_{extension}_{_functor(extension, op)}_{key}"
+    return f"normscan_{extension}_{functor_of(extension, op)}_{key}"
 
 
 def is_built(extension: str, op: int) -> bool:
@@ -242,7 +243,7 @@ def _compile(name: str, extension: str, op: int, source: str, capability: tuple[
             name=name, cpp_sources=[module_source(extension)], cuda_sources=[source], functions=None,
             extra_cuda_cflags=cuda_flags() + [only_ops_flag(op)], build_directory=str(folder), verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
-        raise BuildError(f"normscan: compiling the {extension} kernels of {_functor(extension, op)} for "
+        raise BuildError(f"normscan: compiling the {extension} kernels of {functor_of(extension, op)} for "
                          f"sm_{capability[0]}{capability[1]} "
                          f"failed (build folder {folder}):\n{err}") from err
     finally:
@@ -308,7 +309,7 @@ def load_all(builds: list[tuple[str, int]]) -> list[ModuleType]:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         started = {b: subprocess.Popen([sys.executable, "-c", f"import normscan._build as b; b.load(*{b!r})"], env=env)
                    for b in dict.fromkeys(builds) if b not in _modules and not is_built(*b)}
-        failed = [f"{e} ({_functor(e, op)})" for (e, op), proc in started.items() if proc.wait() != 0]
+        failed = [f"{e} ({functor_of(e, op)})" for (e, op), proc in started.items() if proc.wait() != 0]
         if failed:
             raise BuildError(f"normscan: building the kernels of {', '.join(failed)} failed (the compiler's output "
                              "is above, from the process that built each)")
@@ -325,7 +326,7 @@ def _build_into(name: str, extension: str, op: int, source: str, capability: tup
     tmp = root / f"{name}.tmp{os.getpid()}"
     tmp.mkdir()
     _ensure_visible_logging()
-    functor = _functor(extension, op)
+    functor = functor_of(extension, op)
     log.info("building the %s kernels of %s for sm_%d%d (their first use; this takes a minute or so) in %s",
              extension, functor, capability[0], capability[1], final)
     start = time.perf_counter()

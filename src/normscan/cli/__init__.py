@@ -1,4 +1,4 @@
-"""The `normscan` command: bench (the main job), verify, env, export-kernelbench."""
+"""The `normscan` command: bench (the main job), verify, env, build, export-kernelbench."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import os
 import signal
 import sys
 
-from . import bench, env, export, verify
+from . import bench, build, env, export, verify
 
 COMMANDS = {
     "bench": (bench, "check and time every op against eager, torch.compile and copy bandwidth"),
     "verify": (verify, "strict correctness sweep against float64 references"),
     "env": (env, "versions, device, source commit, cache folder, build state"),
+    "build": (build, "compile the ops' kernels now, side by side, instead of on their first calls"),
     "export-kernelbench": (export, "write self-contained KernelBench solution files"),
 }
 

@@ -18,6 +18,7 @@ import torch
 from .. import __version__, _build, catalogue, timing
 from ..registry import REGISTRY
 from ..problems import all_problems
+from . import build
 from .device_log import DeviceLog, describe
 from .env import source_commit
 from .report import positive_int, print_table, progress
@@ -141,11 +142,7 @@ def entries(args: argparse.Namespace) -> list[timing.Entry]:
 def builds_of(chosen: list[timing.Entry], training: bool) -> list[tuple[str, int]]:
     """The (extension, op) builds the entries run: each op's forward, and its backward's where
     it has one and gradients are timed."""
-    forward = list(dict.fromkeys((REGISTRY[e.op].family.name, REGISTRY[e.op].op_id) for e in chosen))
-    backward = [(f + _build.BACKWARD, op) for f, op in forward
-                if training and f + _build.BACKWARD in _build.extensions()
-                and op in _build.extension_ops(f + _build.BACKWARD).values()]
-    return list(dict.fromkeys(forward + backward))
+    return build.builds(list(dict.fromkeys(e.op for e in chosen)), training)
 
 
 def main(args: argparse.Namespace) -> int:
