@@ -7,8 +7,8 @@ for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is fir
 (called, or its gradient taken), for the current device's architecture only, and cached
 under ``cache_dir()`` in a folder named by the extension, the op and a hash of the sources,
 the flags and the toolchain: a change to any of them builds anew, nothing else does. So a
-first call builds only what it uses: one op's kernels took 37-46 s of reduce_scale's 184 s
-on one core (NOTES.md, "Building"). Concurrent builds serialise on an ``flock`` (the kernel
+first call builds only what it uses: on one core one op's kernels took under a minute,
+reduce_scale's seven three (NOTES.md, "Building"). Concurrent builds serialise on an ``flock`` (the kernel
 drops it when a process dies, so a killed build never leaves a lock behind); a build happens
 in a private folder that is renamed into place only once complete.
 """

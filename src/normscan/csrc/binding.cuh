@@ -6,7 +6,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/cuda/EmptyTensor.h>  // not ATen/ops/empty.h: 11.3 s of each build's parse (NOTES.md)
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -17,7 +17,6 @@
 #include "entries.h"
 #ifndef NORMSCAN_FLOAT32_ONLY
 #include <ATen/core/grad_mode.h>  // the fast path's (contiguous_view)
-#include <ATen/cuda/EmptyTensor.h>
 
 #include "device/half.cuh"
 #endif
@@ -77,7 +76,7 @@ class Workspace {
  public:
   explicit Workspace(const at::Tensor& like) : options_(like.options().dtype(at::kByte)) {}
   void* operator()(size_t bytes) {
-    held_ = at::empty({static_cast<int64_t>(bytes)}, options_);
+    held_ = at::detail::empty_cuda({static_cast<int64_t>(bytes)}, options_);
     return held_.data_ptr();
   }
 

@@ -41,13 +41,13 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
                         sizeof(acc_t<T>) == 8 ? "float64" : "float32", " on x's device");
             part = *dw_part;
           } else {
-            part = at::empty({slots, v.length}, x.options().dtype(acc));
+            part = at::detail::empty_cuda({slots, v.length}, x.options().dtype(acc));
           }
           a.dw_part = static_cast<acc_t<T>*>(part.data_ptr());
         }
         if (!v.empty()) check_cuda(plan.launch(a, stream), "reduce_scale_backward");
         if (weight_grad) {
-          dw = at::empty({v.length}, weight->options());
+          dw = at::detail::empty_cuda({v.length}, weight->options());
           check_cuda(launch_dw_sum<T>(a.dw_part, part.size(0), v.length, mutable_data<T>(dw), stream),
                      "summing the weight gradient's partial sums");
         }
