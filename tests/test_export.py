@@ -65,7 +65,7 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     cuda = source.split('CUDA_SOURCE = r"""')[1].split('"""')[0]
     # the float32-only build resolved: no other dtype, no fast path
     assert "cuda_fp16.h" not in cuda and "NORMSCAN_FLOAT32_ONLY" not in cuda and "kHalf" not in cuda
-    assert "contiguous_view" not in cuda and "empty_cuda" not in cuda
+    assert "contiguous_view" not in cuda and "empty_contiguous_like" not in cuda
     assert "__global__" in cuda and not re.search(r"__global__[^;{]*backward", cuda)
     assert not re.findall(r"^\s*(?:import|from)\s+normscan", source, re.M)
     assert "class ModelNew(nn.Module)" in source
