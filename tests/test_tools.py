@@ -26,3 +26,22 @@ def test_tune_selects_entries_by_label_and_its_scripts_compile():
     assert labels == ["90_cumprod"]
     assert len(tune.selected_entries([], "")) > 100
     compile(tune.LOAD.format(builds=tune.builds(["cumprod"], ""), tuned=[]) + tune.TIMING, "<tune>", "exec")
+
+
+def test_tune_main_starts_one_build_a_variant(monkeypatch):
+    """--build-only: each variant's builds in a process of its own, the LOAD script given the
+    timed entries' builds and the variant's flags."""
+    started = []
+
+    class Proc:
+        def __init__(self, command, env):
+            started.append(command)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setenv("NORMSCAN_TUNE_CASES", "90_cumprod")
+    monkeypatch.setattr(tune.subprocess, "Popen", Proc)
+    assert tune.main(["", "-DNORMSCAN_SCAN_VECS=8"], build_only=True) == 0
+    assert [c[-1] for c in started] == ["", "-DNORMSCAN_SCAN_VECS=8"]
+    assert f"[('scan', {REGISTRY['cumprod'].op_id})]" in started[0][2]

@@ -10,6 +10,8 @@ import torch
 
 import normscan
 from normscan import _build, catalogue, reference, timing, view
+from normscan.cli import bench
+from normscan.cli.report import print_table
 from normscan.registry import REGISTRY
 
 
@@ -48,10 +50,7 @@ def main() -> None:
     rows = timing.host_times(catalogue.host_time_cases(), args.repeat)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: us per call, median of {args.repeat} runs "
           f"of {timing.HOST_CALLS} calls (min-max)")
-    print(f"{'case':28} {'normscan':>20} {'PyTorch':>20} {'ratio':>6}")
-    for r in rows:
-        (o, olo, ohi), (t, tlo, thi) = r.ours_us, r.theirs_us
-        print(f"{r.label:28} {o:6.2f} ({olo:5.2f}-{ohi:5.2f}) {t:6.2f} ({tlo:5.2f}-{thi:5.2f}) {t / o:5.2f}x")
+    print_table(bench.HOST_HEADERS, bench.host_rows(rows))
     print("\nlayers of one call (host us, perf_counter):")
     for name, us in layers():
         print(f"  {name:48} {us:6.2f}")

@@ -94,9 +94,9 @@ def main(variants: list[str], build_only: bool = False) -> int:
     # them. Builds share one cache, where a build's folder is named by a hash of its flags.
     sys.path.insert(0, str(root / "src"))
     load = LOAD.format(builds=builds(only, training), tuned=tuned)
-    builds = [subprocess.Popen([sys.executable, "-c", load, flags], env=env) for flags in variants]
-    for b in builds:
-        if b.wait() != 0:
+    procs = [subprocess.Popen([sys.executable, "-c", load, flags], env=env) for flags in variants]
+    for proc in procs:
+        if proc.wait() != 0:
             return 1
     if build_only:
         return 0

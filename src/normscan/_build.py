@@ -8,9 +8,9 @@ for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is fir
 under ``cache_dir()`` in a folder named by the extension, the op and a hash of the sources,
 the flags and the toolchain: a change to any of them builds anew, nothing else does. So a
 first call builds only what it uses: on one core one op's kernels took under a minute,
-reduce_scale's seven three (NOTES.md, "Building"). Concurrent builds serialise on an ``flock`` (the kernel
-drops it when a process dies, so a killed build never leaves a lock behind); a build happens
-in a private folder that is renamed into place only once complete.
+reduce_scale's seven three (NOTES.md, "Building"). Concurrent builds serialise on an
+``flock`` (the kernel drops it when a process dies, so a killed build never leaves a lock
+behind); a build happens in a private folder that is renamed into place only once complete.
 """
 
 from __future__ import annotations

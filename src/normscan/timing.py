@@ -5,8 +5,8 @@ On CUDA, times are medians of CUDA-event timings after warm-up. Before each time
 kernel reads a 256 MB buffer 8 times (~0.7 ms): it leaves L2 holding nothing of the op's
 tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
 prepares the call, so the events measure device time, not the host's launch cost
-(host_times measures that, for the sweep and tools/overhead.py). Inputs also rotate through enough copies to exceed
-twice the L2 cache. On the CPU, times are medians of wall-clock timings after warm-up.
+(host_times measures that, for the sweep and tools/overhead.py). Inputs also rotate
+through enough copies to exceed twice the L2 cache. On the CPU, times are medians of wall-clock timings after warm-up.
 Bandwidth counts the fewest bytes any implementation must move: x read once, y written once
 (an entry's `tensors`: a norm's backward reads x and the gradient and writes dx, three).
 
@@ -308,4 +308,3 @@ def host_times(cases: list[tuple[str, Callable, Callable, str]], repeat: int, de
     def spread(t: list[float]) -> tuple[float, float, float]:
         return statistics.median(t), min(t), max(t)
     return [HostTime(label, name, spread(times[label][0]), spread(times[label][1])) for label, _, _, name in cases]
-
