@@ -257,8 +257,11 @@ def test_load_all_builds_what_is_missing_side_by_side_then_loads_everything(monk
         _build.load_all([("reduce_scale", 2), ("scan_backward", 0)])
 
 
-def test_load_all_without_cuda_builds_nothing_and_says_so(monkeypatch):
+def test_load_all_without_cuda_builds_nothing_and_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # on a GPU machine, not the build this process has loaded already, nor one in the cache
+    monkeypatch.setattr(_build, "_modules", {})
+    monkeypatch.setenv("NORMSCAN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_build.subprocess, "Popen", lambda *a, **k: pytest.fail("a build was started"))
     with pytest.raises(RuntimeError, match="need a CUDA device, and torch sees none"):
         _build.load_all([("scan", 1)])

@@ -2,6 +2,8 @@
 
 import importlib.util
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -102,11 +104,25 @@ def test_checker_patterns_can_fail():
     assert re.search(FORBIDDEN[-1], _strip("y = torch.cumsum(x, 1)"))
 
 
+@pytest.fixture(scope="module")
+def built_exports(tmp_path_factory):
+    """The exported files, each first run by a process of its own, side by side: a file's
+    load_inline build takes about a minute on one core (its bindings include all of torch), and
+    the in-process import that follows finds it built."""
+    paths = {p.stem: p for p in export.write_all(tmp_path_factory.mktemp("exported"))}
+    builds = {name: subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True) for name, path in paths.items()}
+    outputs = {name: proc.communicate()[0] for name, proc in builds.items()}
+    failed = {name: outputs[name] for name, proc in builds.items() if proc.returncode != 0}
+    assert not failed, failed
+    return paths
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_exported_solution_matches_reference(name, tmp_path):
+def test_exported_solution_matches_reference(name, built_exports):
     """Each exported file, loaded alone (no normscan import), against its problem's Model."""
-    path = next(p for p in export.write_all(tmp_path) if p.stem == name)
+    path = built_exports[name]
     spec = importlib.util.spec_from_file_location(f"kb_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -5,7 +5,7 @@
 # Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|kernels|verify]...
 #   (default steps: tests bench)
 #   tests: every test but the >2**31-element cases and the nvcc compile checks (CI runs
-#   those); cases: the float64 cases alone; huge:
+#   those), in 8 pytest-xdist processes (one, they took over 9 min on the H100); cases: the float64 cases alone; huge:
 #   the >2**31-element cases (~40 GB of device memory); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
@@ -35,8 +35,8 @@ IFS=';' read -r -a variants <<< "${NORMSCAN_TUNE_VARIANTS:-}"
 case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]}" > "$dir/tune-build.log" 2>&1 & ;; esac
 for step in $steps; do
   case $step in
-    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs tests --ignore=tests/test_csrc.py -p no:cacheprovider 2>&1 \
-             | tee "$dir/tests.log" | tail -15 || status=1 ;;
+    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --durations=15 tests --ignore=tests/test_csrc.py \
+             -p no:cacheprovider 2>&1 | tee "$dir/tests.log" | tail -15 || status=1 ;;
     huge) python3 -m pytest -v -rs tests/test_kernels.py -k 31 -p no:cacheprovider 2>&1 \
             | tee "$dir/huge.log" | grep -c "2\*\*31.* PASSED" || status=1 ;;
     bench) python3 -m normscan bench --out "$dir/bench" 2>&1 | tee "$dir/bench.log" | tail -8 || status=1 ;;
