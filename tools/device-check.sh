@@ -2,7 +2,7 @@
 # On a GPU machine, from a checkout: build, GPU tests, the main job, the sweeps, and probes.
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
-# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|kernels|verify]...
+# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|kernels|overhead|verify]...
 #   (default steps: tests bench)
 #   tests: every test but the >2**31-element cases and the nvcc compile checks (CI runs
 #   those), in 8 pytest-xdist processes (one, they took over 9 min on the H100); cases: the float64 cases alone; huge:
@@ -12,7 +12,8 @@
 #   built in the background while the earlier steps run; ncu: DRAM bytes of the long-row
 #   and channel kernels (ncu's own counters), and where the channel kernel's warps stall;
 #   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck;
-#   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); verify:
+#   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); overhead:
+#   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:
 #   `normscan verify`, every case including the >2**31-element ones.
 # Seen on an H100 (2026-11-21/23): a family's build 25-45 s; tests 6-8 min; bench ~1 min;
 # the sweeps ~1 min; sanitize ~2 min.
@@ -22,7 +23,7 @@ dir=$1
 shift
 cd "$(dirname "$0")/.."
 mkdir -p "$dir"
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1  # after ours: carried peers PATH=$PATH:/usr/local/cuda/bin
 export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
 steps=${*:-tests bench}
 status=0
@@ -57,6 +58,7 @@ for step in $steps; do
               done ;;
     kernels) nvcc -O3 -std=c++17 -arch=sm_90 -I src/normscan/csrc tools/kernel_bench.cu -o /tmp/kernel_bench \
                && /tmp/kernel_bench --rounds 2 2>&1 | tee "$dir/kernels.log" | tail -50 || status=1 ;;
+    overhead) python3 tools/overhead.py --repeat 15 2>&1 | tee "$dir/overhead.log" | tail -12 || status=1 ;;
     verify) python3 -m normscan verify > "$dir/verify.log" 2>&1 || status=1; tail -1 "$dir/verify.log" ;;
     *) echo "unknown step $step" >&2; status=2 ;;
   esac
