@@ -227,6 +227,16 @@ def test_a_built_op_binds_its_entries_as_load_inline_builds_it(tmp_path):
                          env=env, capture_output=True, text=True, timeout=1200)
     assert "MODULE OK" in run.stdout, (run.stdout + run.stderr)[-4000:]
     assert "-DNORMSCAN_ONLY_OPS=0x2ull" in (folder / "build.ninja").read_text()
+    # It exports its module's init alone: every op's build has the same C++ names, and what a
+    # module exported (a template's static, STB_GNU_UNIQUE) was one object across them all.
+    (library,) = folder.glob("normscan_scan_nogpu*.so")
+    symbols = subprocess.run(["readelf", "--dyn-syms", "--wide", str(library)], capture_output=True, text=True,
+                             check=True).stdout
+    defined = [f[7] for f in (line.split() for line in symbols.splitlines())
+               if len(f) >= 8 and f[4] in ("GLOBAL", "WEAK", "UNIQUE") and f[6] != "UND"]
+    entries = tuple(f"_Z{len(e)}{e}" for e in _build.extension_entries("scan"))  # their mangled names
+    ours = [name for name in defined if "normscan" in name or name.startswith(entries)]
+    assert ours == ["PyInit_normscan_scan_nogpu"], ours  # the rest: torch's and the C++ library's inlines
 
 
 def test_load_all_builds_what_is_missing_side_by_side_then_loads_everything(monkeypatch):

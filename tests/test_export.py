@@ -119,6 +119,7 @@ def built_exports(tmp_path_factory):
 
 
 @pytest.mark.gpu
+@pytest.mark.xdist_group("full_size_inputs")  # one at a time: a problem's inputs take up to 25 GB
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_exported_solution_matches_reference(name, built_exports):
     """Each exported file, loaded alone (no normscan import), against its problem's Model."""

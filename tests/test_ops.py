@@ -375,6 +375,22 @@ def test_fast_path_gives_the_checked_paths_bits(name, dtype, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("family", sorted({REGISTRY[name].family.name for name in FAST_OPS}))
+def test_each_ops_build_runs_its_own_op_beside_the_others(family):
+    """Every op's build of a family loaded in one process, each op's fast entry computes that
+    op: the builds share their C++ names, and a template's static once made every entry run the
+    first-loaded build (which knows no other op)."""
+    from normscan import _build
+
+    modules = {op: _build.load(family, op) for op in _build.extension_ops(family).values()}
+    x = torch.randn(6, 40, device="cuda")
+    for name in (n for n in FAST_OPS if REGISTRY[n].family.name == family):
+        y = getattr(modules[REGISTRY[name].op_id], f"{family}_contiguous")(*_fast_args(name, x, 1))
+        expected = getattr(normscan, name)(x.cpu().double(), 1)  # on the CPU: the float64 reference
+        torch.testing.assert_close(y.cpu().double(), expected, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", FAST_OPS)
 def test_fast_path_declines_what_it_does_not_take(name):
     """The entry returns None, launching nothing, for anything but the common case; the

@@ -36,7 +36,7 @@ IFS=';' read -r -a variants <<< "${NORMSCAN_TUNE_VARIANTS:-}"
 case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]}" > "$dir/tune-build.log" 2>&1 & ;; esac
 for step in $steps; do
   case $step in
-    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --durations=15 tests --ignore=tests/test_csrc.py \
+    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --dist loadgroup --durations=15 tests --ignore=tests/test_csrc.py \
              -p no:cacheprovider 2>&1 | tee "$dir/tests.log" | tail -15 || status=1 ;;
     huge) python3 -m pytest -v -rs tests/test_kernels.py -k 31 -p no:cacheprovider 2>&1 \
             | tee "$dir/huge.log" | grep -c "2\*\*31.* PASSED" || status=1 ;;

@@ -40,7 +40,11 @@ CSRC = Path(__file__).parent / "csrc"
 # the entries, CPython's METH_FASTCALL the fast path's (FASTCALL).
 ENTRIES = "entries.h"
 FASTCALL = "fastcall.h"
-CUDA_FLAGS = ["-O3", "--split-compile=0"]  # the C++ standard is torch's choice
+# Host code hidden: each op's build is a module of its own, with the same C++ names as the
+# others; hidden, a module's templates' statics (the fast path's PyMethodDef, launch.cuh's
+# per-kernel caches) stay its own instead of one object across modules (STB_GNU_UNIQUE).
+HOST_FLAGS = ["-fvisibility=hidden"]
+CUDA_FLAGS = ["-O3", "--split-compile=0", *(f"-Xcompiler={f}" for f in HOST_FLAGS)]  # the C++ standard: torch's
 
 
 def cuda_flags() -> list[str]:
@@ -171,7 +175,7 @@ def arch() -> tuple[int, int]:
 
 def build_key(source: str, capability: tuple[int, int]) -> str:
     """Hash of everything that changes the binary (`source`: the sources, CUDA and C++)."""
-    parts = [source, " ".join(cuda_flags()), torch.__version__, str(torch.version.cuda),
+    parts = [source, " ".join(HOST_FLAGS + cuda_flags()), torch.__version__, str(torch.version.cuda),
              f"sm_{capability[0]}{capability[1]}", sys.version.split()[0]]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -241,7 +245,8 @@ def _compile(name: str, extension: str, op: int, source: str, capability: tuple[
     try:
         return cpp_extension.load_inline(
             name=name, cpp_sources=[module_source(extension)], cuda_sources=[source], functions=None,
-            extra_cuda_cflags=cuda_flags() + [only_ops_flag(op)], build_directory=str(folder), verbose=False, **kwargs)
+            extra_cflags=HOST_FLAGS, extra_cuda_cflags=cuda_flags() + [only_ops_flag(op)], build_directory=str(folder),
+            verbose=False, **kwargs)
     except Exception as err:  # re-raised with context: the compiler's output is in err
         raise BuildError(f"normscan: compiling the {extension} kernels of {functor_of(extension, op)} for "
                          f"sm_{capability[0]}{capability[1]} "

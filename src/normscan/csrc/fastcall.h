@@ -14,7 +14,12 @@
 #include <type_traits>
 #include <utility>
 
+// Internal linkage (the unnamed namespace): each op's build is a module of its own, and g++
+// makes a template's static member, such as Function<Entry>::def, one object across every
+// module that defines it (STB_GNU_UNIQUE, even under RTLD_LOCAL): the second op's build then
+// rebound the first one's def, and every op's fast path ran the first op's build.
 namespace normscan::fastcall {
+namespace {
 
 inline bool type_error(PyObject* given, const char* expected) {
   PyErr_Format(PyExc_TypeError, "normscan: expected %s, got %s", expected, Py_TYPE(given)->tp_name);
@@ -99,4 +104,5 @@ template <auto Entry> void add(pybind11::module_& m, const char* name) {
   m.add_object(name, pybind11::reinterpret_steal<pybind11::object>(f));
 }
 
+}  // namespace
 }  // namespace normscan::fastcall
