@@ -3,9 +3,11 @@
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
 # Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|kernels|overhead|verify]...
-#   (default steps: tests bench)
-#   tests: every test but the >2**31-element cases and the nvcc compile checks (CI runs
-#   those), in 8 pytest-xdist processes (one, they took over 9 min on the H100); cases: the float64 cases alone; huge:
+#   (default steps: tests cases bench)
+#   tests: every test but test_kernels.py's cases (the step cases), the >2**31-element
+#   cases and the nvcc compile checks (CI runs those), in 8 pytest-xdist processes (in one
+#   they took over 9 min on the H100: each step fits one 10-minute device call); cases: the
+#   float64 cases alone; huge:
 #   the >2**31-element cases (~40 GB of device memory); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
@@ -15,8 +17,8 @@
 #   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); overhead:
 #   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:
 #   `normscan verify`, every case including the >2**31-element ones.
-# Seen on an H100 (2026-11-21/23): a family's build 25-45 s; tests 6-8 min; bench ~1 min;
-# the sweeps ~1 min; sanitize ~2 min.
+# Seen on an H100: every op's build side by side ~60 s (2026-11-25); bench ~1 min, the
+# sweeps ~1 min, sanitize ~2 min (2026-11-21/23).
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: $0 OUTDIR [steps...]" >&2; exit 2; fi
 dir=$1
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."
 mkdir -p "$dir"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1  # after ours: carried peers PATH=$PATH:/usr/local/cuda/bin
 export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
-steps=${*:-tests bench}
+steps=${*:-tests cases bench}
 status=0
 load_all="import normscan._build as b
 b.load_all([(e, op) for e in b.extensions() for op in b.extension_ops(e).values()])"
@@ -37,7 +39,7 @@ case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]
 for step in $steps; do
   case $step in
     tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --dist loadgroup --durations=15 tests --ignore=tests/test_csrc.py \
-             -p no:cacheprovider 2>&1 | tee "$dir/tests.log" | tail -15 || status=1 ;;
+             --ignore=tests/test_kernels.py -p no:cacheprovider 2>&1 | tee "$dir/tests.log" | tail -15 || status=1 ;;
     huge) python3 -m pytest -v -rs tests/test_kernels.py -k 31 -p no:cacheprovider 2>&1 \
             | tee "$dir/huge.log" | grep -c "2\*\*31.* PASSED" || status=1 ;;
     bench) python3 -m normscan bench --out "$dir/bench" 2>&1 | tee "$dir/bench.log" | tail -8 || status=1 ;;
@@ -47,7 +49,7 @@ for step in $steps; do
              | tee "$dir/sweep_scan.log" | tail -12 || status=1 ;;
     training) python3 -m normscan bench --training --repeat 10 --rounds 2 --out "$dir/training" 2>&1 \
                 | tee "$dir/training.log" | tail -45 || status=1 ;;
-    cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs tests/test_kernels.py \
+    cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --durations=15 tests/test_kernels.py \
              tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
     tune) wait; python3 tools/tune.py "${variants[@]}" 2>&1 | tee "$dir/tune.log" | tail -60 || status=1 ;;
     ncu) python3 tools/ncu_probe.py "$dir" 2>&1 | tail -40 || status=1 ;;
