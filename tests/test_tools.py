@@ -1,10 +1,13 @@
-"""tools/ without a GPU: what tools/tune.py builds for the entries it times."""
+"""tools/ without a GPU: what tools/tune.py builds for the entries it times; what
+tools/kernelbench_eval.py checks."""
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
+import pytest  # noqa: E402
 import tune  # noqa: E402
 
 from normscan.registry import REGISTRY  # noqa: E402
@@ -45,3 +48,29 @@ def test_tune_main_starts_one_build_a_variant(monkeypatch):
     assert tune.main(["", "-DNORMSCAN_SCAN_VECS=8"], build_only=True) == 0
     assert [c[-1] for c in started] == ["", "-DNORMSCAN_SCAN_VECS=8"]
     assert f"[('scan', {REGISTRY['cumprod'].op_id})]" in started[0][2]
+
+
+def test_kernelbench_eval_runs_the_checkouts_checker_on_each_exported_file(tmp_path, monkeypatch, capsys):
+    """tools/kernelbench_eval.py on a stand-in checkout: its checker sees each exported file
+    (KernelBench's real one runs on the device and in the closing checks); without a GPU
+    nothing is evaluated, and a rejected file fails the run."""
+    import kernelbench_eval
+
+    source = tmp_path / "kb" / "src" / "kernelbench"
+    source.mkdir(parents=True)
+    for name in ("eval", "timing", "dataset"):
+        (source / f"{name}.py").write_text("")
+    (source / "kernel_static_checker.py").write_text(
+        "def validate_kernel_static(code, backend, precision):\n"
+        "    ok = 'class ModelNew' in code and backend == 'cuda' and precision == 'fp32'\n"
+        "    return ok and 'cumprod' not in code, [] if ok and 'cumprod' not in code else ['rejected'], []\n")
+    monkeypatch.setattr(kernelbench_eval.torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "records.json"
+    assert kernelbench_eval.main(["--kernelbench", str(tmp_path / "kb"), "--problems", "39_L2Norm_", "89_cumsum",
+                                  "--out", str(out)]) == 0
+    assert "39_L2Norm_             static ok, not evaluated (no GPU)" in capsys.readouterr().out
+    assert [r["problem"] for r in json.loads(out.read_text())] == ["39_L2Norm_", "89_cumsum"]
+    assert kernelbench_eval.main(["--kernelbench", str(tmp_path / "kb"), "--problems", "90_cumprod"]) == 1
+    assert "failed: 90_cumprod" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="src/kernelbench lacks eval.py"):
+        kernelbench_eval.main(["--kernelbench", str(tmp_path), "--problems", "89_cumsum"])
