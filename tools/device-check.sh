@@ -11,8 +11,9 @@
 #   the >2**31-element cases (~40 GB of device memory); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
-#   built in the background while the earlier steps run; ncu: DRAM bytes of the long-row
-#   and channel kernels (ncu's own counters), and where the channel kernel's warps stall;
+#   built in the background while the earlier steps run; ncu: tools/ncu_probe.py, the DRAM
+#   bytes (ncu's own counters), throughput, warp stalls and occupancy of the open gaps'
+#   kernels (long rows, channel RMSNorm, small-inner scans, 23's rows, 40's held rows);
 #   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck;
 #   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); overhead:
 #   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:

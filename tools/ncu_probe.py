@@ -1,10 +1,12 @@
 """DRAM bytes of our kernels by ncu's own counters, against the bytes a single pass moves.
 
-    python tools/ncu_probe.py OUTDIR
+    python tools/ncu_probe.py OUTDIR [CASE ...]
 
-Runs each case once under ncu (Nsight Compute) and prints, per kernel, the DRAM bytes read
-and written and their ratio to x's size: 1.00 read and 1.00 written is one pass. Each case
-also gets ncu's throughput, warp-stall and occupancy sections (OUTDIR/ncu-detail.txt).
+Runs each case (all, or those whose name holds one of the CASE substrings) once under ncu
+(Nsight Compute) and prints, per kernel, the DRAM bytes read and written and their ratio to
+x's size: 1.00 read and 1.00 written is one pass. Each case also gets ncu's throughput,
+warp-stall and occupancy sections (OUTDIR/ncu-detail.txt). The cases are the open speed
+gaps of issues #20-#22.
 """
 
 import csv
@@ -15,15 +17,21 @@ import sys
 from pathlib import Path
 
 CASES = {
-    # name: (call, shape) -- one launch each, fp32
-    "l2 rows (4096, 65535)": ("normscan.l2_normalize(x, 1)", (4096, 65535)),
-    "rms dim=1 (16, 64, 512, 512)": ("normscan.rms_norm(x, 1)", (16, 64, 512, 512)),
-    "cumprod rows (4096, 32768)": ("normscan.cumprod(x, 1)", (4096, 32768)),
-    "cumprod dim=0 (4096, 32768)": ("normscan.cumprod(x, 0)", (4096, 32768)),
+    # name: (call, shape, dtype) -- one call each; w is a weight over the last dim
+    "rms+w rows bf16 (1024, 65536)": ("normscan.rms_norm(x, 1, weight=w)", (1024, 65536), "bfloat16"),
+    "rms+w rows fp32 (256, 262144)": ("normscan.rms_norm(x, 1, weight=w)", (256, 262144), "float32"),
+    "rms dim=1 fp32 (16, 256, 128, 128)": ("normscan.rms_norm(x, 1)", (16, 256, 128, 128), "float32"),
+    "cumsum dim=1 fp32 (1024, 4096, 2)": ("normscan.cumsum(x, 1)", (1024, 4096, 2), "float32"),
+    "cumsum dim=1 fp32 (16, 32768, 32)": ("normscan.cumsum(x, 1)", (16, 32768, 32), "float32"),
+    "softmax rows fp32 (4096, 393216)": ("normscan.softmax(x, 1)", (4096, 393216), "float32"),
+    "layer_norm held fp32 (16, 64, 256, 256)": ("normscan.layer_norm(x, (64, 256, 256))", (16, 64, 256, 256),
+                                                "float32"),
 }
 RUN = """
 import torch, normscan
-x = torch.rand({shape}, device="cuda")
+x = torch.randn({shape}, device="cuda", dtype=torch.{dtype})
+w = torch.rand({shape}[-1], device="cuda", dtype=torch.{dtype}) + 0.5
+{call}  # built and loaded before profiling
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStart()
 y = {call}
@@ -38,14 +46,19 @@ def ncu(args: list[str], code: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=dict(os.environ))
 
 
-def main(out: Path) -> int:
+def main(out: Path, wanted: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
+    cases = {name: case for name, case in CASES.items() if not wanted or any(w in name for w in wanted)}
+    if not cases:
+        print(f"ncu_probe: no case's name holds {wanted}; the cases: {', '.join(CASES)}")
+        return 2
     rows = []
-    for name, (call, shape) in CASES.items():
+    for name, (call, shape, dtype) in cases.items():
         n = 1
         for s in shape:
             n *= s
-        run = ncu(["--metrics", METRICS, "--csv"], RUN.format(shape=shape, call=call))
+        size = n * (2 if dtype in ("bfloat16", "float16") else 4)
+        run = ncu(["--metrics", METRICS, "--csv"], RUN.format(shape=shape, call=call, dtype=dtype))
         (out / "ncu-bytes.log").open("a").write(f"== {name}\n{run.stdout}\n{run.stderr[-2000:]}\n")
         text = run.stdout[run.stdout.find('"ID"'):]
         per_kernel: dict[str, dict[str, float]] = {}
@@ -59,13 +72,13 @@ def main(out: Path) -> int:
             print(f"{name}: ncu gave no rows (see ncu-bytes.log)")
             continue
         for kernel, m in per_kernel.items():
-            rows.append((name, kernel, m.get("dram__bytes_read.sum", 0) / (4 * n),
-                         m.get("dram__bytes_write.sum", 0) / (4 * n), m.get("gpu__time_duration.sum", 0) / 1e6))
+            rows.append((name, kernel, m.get("dram__bytes_read.sum", 0) / size,
+                         m.get("dram__bytes_write.sum", 0) / size, m.get("gpu__time_duration.sum", 0) / 1e6))
     with (out / "ncu-detail.txt").open("w") as f:
-        for name, (call, shape) in CASES.items():
+        for name, (call, shape, dtype) in cases.items():
             detail = ncu(["--section", "SpeedOfLight", "--section", "MemoryWorkloadAnalysis", "--section",
                           "WarpStateStats", "--section", "Occupancy", "--section", "LaunchStats"],
-                         RUN.format(shape=shape, call=call))
+                         RUN.format(shape=shape, call=call, dtype=dtype))
             f.write(f"==== {name}\n{detail.stdout}{detail.stderr[-2000:]}\n")
     print(f"{'case':32s} {'kernel':60s} {'read/x':>7s} {'write/x':>8s} {'ms':>7s}")
     for name, kernel, rd, wr, ms in rows:
@@ -74,4 +87,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "ncu-out")))
+    raise SystemExit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "ncu-out"), sys.argv[2:]))
