@@ -6,7 +6,8 @@
 #   (default steps: tests cases bench)
 #   tests: every test but test_kernels.py's cases (the step cases), the >2**31-element
 #   cases and the nvcc compile checks (CI runs those), in 8 pytest-xdist processes (in one
-#   they took over 9 min on the H100: each step fits one 10-minute device call); cases: the
+#   they took over 9 min on the H100: each step fits one 10-minute device call; -v, so that
+#   a log cut off at a call's limit names each test that ran); cases: the
 #   float64 cases alone; huge:
 #   the >2**31-element cases (~40 GB of device memory); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
@@ -39,7 +40,7 @@ IFS=';' read -r -a variants <<< "${NORMSCAN_TUNE_VARIANTS:-}"
 case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]}" > "$dir/tune-build.log" 2>&1 & ;; esac
 for step in $steps; do
   case $step in
-    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --dist loadgroup --durations=15 tests --ignore=tests/test_csrc.py \
+    tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --dist loadgroup --durations=15 tests --ignore=tests/test_csrc.py \
              --ignore=tests/test_kernels.py -p no:cacheprovider 2>&1 | tee "$dir/tests.log" | tail -15 || status=1 ;;
     huge) python3 -m pytest -v -rs tests/test_kernels.py -k 31 -p no:cacheprovider 2>&1 \
             | tee "$dir/huge.log" | grep -c "2\*\*31.* PASSED" || status=1 ;;
@@ -50,7 +51,7 @@ for step in $steps; do
              | tee "$dir/sweep_scan.log" | tail -12 || status=1 ;;
     training) python3 -m normscan bench --training --repeat 10 --rounds 2 --out "$dir/training" 2>&1 \
                 | tee "$dir/training.log" | tail -45 || status=1 ;;
-    cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -q -rs -n 8 --durations=15 tests/test_kernels.py \
+    cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --durations=15 tests/test_kernels.py \
              tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
     tune) wait; python3 tools/tune.py "${variants[@]}" 2>&1 | tee "$dir/tune.log" | tail -60 || status=1 ;;
     ncu) python3 tools/ncu_probe.py "$dir" 2>&1 | tail -40 || status=1 ;;
