@@ -61,6 +61,7 @@ for entry in entries:
 print("RESULT " + json.dumps(out))
 """
 
+
 def selected_entries(only: list[str], training: str) -> list:
     """The bench's entries that are timed: those whose label holds one of `only` (all where it
     is empty); the training entries in that mode where `training` names one."""

@@ -44,7 +44,8 @@ FASTCALL = "fastcall.h"
 # others; hidden, a module's templates' statics (the fast path's PyMethodDef, launch.cuh's
 # per-kernel caches) stay its own instead of one object across modules (STB_GNU_UNIQUE).
 HOST_FLAGS = ["-fvisibility=hidden"]
-CUDA_FLAGS = ["-O3", "--split-compile=0", *(f"-Xcompiler={f}" for f in HOST_FLAGS)]  # the C++ standard: torch's
+NVCC_HOST_FLAGS = [f"-Xcompiler={f}" for f in HOST_FLAGS]  # the same, for nvcc's host compiler
+CUDA_FLAGS = ["-O3", "--split-compile=0", *NVCC_HOST_FLAGS]  # the C++ standard: torch's
 
 
 def cuda_flags() -> list[str]:

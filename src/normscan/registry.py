@@ -18,7 +18,6 @@ import inspect
 import math
 import numbers
 import operator
-import re
 from dataclasses import dataclass
 from typing import Callable
 

@@ -6,7 +6,8 @@ kernel reads a 256 MB buffer 8 times (~0.7 ms): it leaves L2 holding nothing of 
 tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
 prepares the call, so the events measure device time, not the host's launch cost
 (host_times measures that, for the sweep and tools/overhead.py). Inputs also rotate
-through enough copies to exceed twice the L2 cache. On the CPU, times are medians of wall-clock timings after warm-up.
+through enough copies to exceed twice the L2 cache. On the CPU, times are medians of
+wall-clock timings after warm-up.
 Bandwidth counts the fewest bytes any implementation must move: x read once, y written once
 (an entry's `tensors`: a norm's backward reads x and the gradient and writes dx, three).
 

@@ -147,7 +147,7 @@ def solution(problem: Problem) -> str:
     others = "".join(f"\n        kwargs[{n!r}] = {n}.contiguous()" for n in problem.input_names)
     body = _BODIES["grouped" if spec.grouped else spec.region].format(
         launcher=spec.family.launch.__name__, others=others, across_batch=spec.region == "batch")
-    return _FILE.format(host_flags=_build.HOST_FLAGS, cuda_flags=["-O3", *(f"-Xcompiler={f}" for f in _build.HOST_FLAGS)],
+    return _FILE.format(host_flags=_build.HOST_FLAGS, cuda_flags=["-O3", *_build.NVCC_HOST_FLAGS],
                         name=problem.name, op=spec.name, version=__version__, cuda=cuda_source(spec),
                         cpp=strip_comments(_build.expand_source(_build.ENTRIES)), slug=slug,
                         family=spec.family.name, python=python, op_id=spec.op_id, functor=spec.functor,
