@@ -37,3 +37,26 @@ def test_host_time_cases_time_ours_against_pytorchs_op():
     for r in rows:
         for t in (r.ours_us, r.theirs_us):
             assert 0 < t[1] <= t[0] <= t[2]
+
+
+def _expanded(shape, dtype) -> torch.Tensor:
+    """A tensor of `shape` that allocates one element: enough for the ops' argument checks."""
+    return torch.zeros((), dtype=dtype).expand(shape)
+
+
+def test_every_entry_passes_its_ops_argument_checks():
+    """Each entry the bench times (KernelBench, sweep and training) calls its op with arguments
+    the op accepts: the channel norms' entries once took a weighted row's dim (num_groups -1),
+    which stopped a whole sweep on the device."""
+    from normscan.registry import REGISTRY
+
+    dtypes = [torch.float32, torch.bfloat16]
+    entries = (catalogue.kernelbench_entries() + catalogue.sweep_entries(None, dtypes)
+               + catalogue.training_entries(None, dtypes))
+    for e in entries:
+        spec = REGISTRY[e.op]
+        w = None
+        if e.weight:
+            shape = e.shape if e.w_name == "mask" else spec.param_shape(e.shape, e.dim)[0]
+            w = _expanded(shape, torch.bool if e.w_name == "mask" else e.dtype)
+        spec.checked(_expanded(e.shape, e.dtype), e.dim, spec.args(dict(e.kwargs, **{e.w_name: w})))

@@ -155,7 +155,13 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             if spec.name in LONG_ROW_OPS:
                 for shape in LONG_ROW_SHAPES:
                     out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))
-            if spec.takes("weight"):
+            if spec.grouped:  # before the weighted rows: the channel norms take a weight too
+                flag = {"instance": {"use_input_stats": True}, "batch": {"training": True}}.get(spec.region, {})
+                groups = CHANNEL_NORM_GROUPS if spec.region == "num_groups" else None
+                for shape in CHANNEL_NORM_SHAPES:
+                    label = f"{spec.name} {shape}" + (f" groups={groups}" if groups else "")
+                    out.append(_entry(f"{label} {dt}", spec, shape, dtype, groups, flag, weight=True))
+            elif spec.takes("weight"):
                 shapes = LLM_ROW_SHAPES if spec.trailing else WEIGHTED_ROW_SHAPES + LONG_ROW_SHAPES
                 for shape in shapes:
                     dim = shape[-1:] if spec.trailing else -1
@@ -164,12 +170,6 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             elif spec.whole:
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, None))
-            elif spec.grouped:
-                flag = {"instance": {"use_input_stats": True}, "batch": {"training": True}}.get(spec.region, {})
-                groups = CHANNEL_NORM_GROUPS if spec.region == "num_groups" else None
-                for shape in CHANNEL_NORM_SHAPES:
-                    label = f"{spec.name} {shape}" + (f" groups={groups}" if groups else "")
-                    out.append(_entry(f"{label} {dt}", spec, shape, dtype, groups, flag, weight=True))
             elif spec.name in LAST_DIM_SHAPES:
                 for shape in LAST_DIM_SHAPES[spec.name]:
                     out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))
@@ -177,7 +177,7 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
         for spec in specs:  # the channel RMSNorm in every dtype asked (issue #22: fp32 and 16-bit)
-            if spec.family.name == "reduce_scale" and spec.takes("weight") and not spec.trailing:
+            if spec.family.name == "reduce_scale" and spec.takes("weight") and spec.region == "dim":
                 for shape in CHANNEL_SHAPES:
                     out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
     for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
@@ -199,7 +199,7 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
         for dtype in dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:
-                if spec.family.name != "reduce_scale" or spec.trailing:  # layer_norm: no fused backward yet
+                if spec.family.name != "reduce_scale" or spec.region != "dim":  # the ops over one dim, whose rows these are
                     continue
                 shapes = TRAINING_ROW_SHAPES if spec.takes("weight") else TRAINING_ROW_SHAPES[1:2]
                 for shape in shapes:
