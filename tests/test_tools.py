@@ -27,6 +27,8 @@ def test_tune_builds_the_timed_entries_ops_alone():
 def test_tune_selects_entries_by_label_and_its_scripts_compile():
     labels = [e.label for e in tune.selected_entries(["90_cumprod"], "")]
     assert labels == ["90_cumprod"]
+    both = [e.label for e in tune.selected_entries(["rms_norm&65536)"], "")]
+    assert both == [f"rms_norm last-dim{w} (1024, 65536) {dt}" for dt in ("float32", "bfloat16") for w in ("", "+w")]
     assert len(tune.selected_entries([], "")) > 100
     compile(tune.LOAD.format(builds=tune.builds(["cumprod"], ""), tuned=[]) + tune.TIMING, "<tune>", "exec")
 

@@ -2,7 +2,8 @@
 entries (the KernelBench problems and the sweeps, ours alone) with each.
 
     python tools/tune.py "" "-DNORMSCAN_LOOKBACK_VECS=4 -DNORMSCAN_LOOKBACK_MINB=4" ...
-    NORMSCAN_TUNE_CASES="cumprod 39_L2" python tools/tune.py ...   (entries whose label has one; default: all)
+    NORMSCAN_TUNE_CASES="cumprod 39_L2" python tools/tune.py ...   (entries whose label has one; default: all;
+                                                             "rms_norm&65536)": a label with both)
     NORMSCAN_TUNE_EXTENSIONS=reduce_scale_backward python tools/tune.py ...   (the extensions the flags apply to;
                                                                           default: all; the others are built once)
     NORMSCAN_TUNE_TRAINING=backward python tools/tune.py ...   (the training entries instead, in this mode:
@@ -64,7 +65,8 @@ print("RESULT " + json.dumps(out))
 
 def selected_entries(only: list[str], training: str) -> list:
     """The bench's entries that are timed: those whose label holds one of `only` (all where it
-    is empty); the training entries in that mode where `training` names one."""
+    is empty; "a&b" holds both a and b); the training entries in that mode where `training`
+    names one."""
     import torch
     from normscan import catalogue
 
@@ -73,7 +75,7 @@ def selected_entries(only: list[str], training: str) -> list:
         entries = catalogue.training_entries(None, dtypes, [training])
     else:
         entries = catalogue.kernelbench_entries() + catalogue.sweep_entries(None, dtypes)
-    return [e for e in entries if not only or any(o in e.label for o in only)]
+    return [e for e in entries if not only or any(all(p in e.label for p in o.split("&")) for o in only)]
 
 
 def builds(only: list[str], training: str) -> list[tuple[str, int]]:
