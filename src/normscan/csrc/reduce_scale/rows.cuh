@@ -30,9 +30,12 @@ namespace normscan {
 // A rows kernel's shape: BLOCK threads, TPR of them a row, each holding NV vectors in
 // registers and SNV in shared memory; MINB resident blocks a SM asked of the compiler;
 // CLUSTER: rows spread over a thread-block cluster (sm_90); PIPELINE: the next row's loads
-// overlap this row's stores. tuning.cuh names the ones used.
-template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false, bool PIPELINE = false> struct RowsConfig {
+// overlap this row's stores; WBATCH: weight vectors an fp32 weighted row with shared memory
+// loads at a time ahead of their stores. tuning.cuh names the ones used.
+template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false, bool PIPELINE = false, int WBATCH = 0>
+struct RowsConfig {
   static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kRegVecs = NV, kSmemVecs = SNV, kMinBlocks = MINB;
+  static constexpr int kWeightBatch = WBATCH;
   static constexpr bool kCluster = CLUSTER, kPipeline = PIPELINE;
   static constexpr int64_t kVecsPerBlock = int64_t(TPR) * (NV + SNV);  // of one row
   static constexpr size_t kSmemBytes = size_t(BLOCK) * SNV * 16;
@@ -73,6 +76,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr bool L2_LAST = false;
   constexpr bool X_L2_LAST = false;
 #endif
+  // fp32 weighted rows held in shared memory load their weight a batch of vectors at a time
+  // ahead of the batch's stores: a load at each store waits behind the stores before it
+  // (they might alias it), so every store waited on its own round trip to L2. tuning.cuh has
+  // the figures, and why not 16-bit rows or a bias.
+  constexpr int W_BATCH = (Op::kWeighted && !Op::kBiased && SNV > 0 && sizeof(T) == 4) ? Cfg::kWeightBatch : 0;
   const int2 place = CLUSTER ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
@@ -222,6 +230,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     }();
     const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
     const bool b_vec = b != nullptr && reinterpret_cast<uintptr_t>(b + cur.body) % 16 == 0;
+    VT w_batch[W_BATCH > 0 ? W_BATCH : 1];
     // The weight is tested once a vector, not once an element, and 16-bit results are
     // rounded two to an instruction (fewer instructions a row: NOTES.md). W_AHEAD is written
     // so that kernels without it keep their code.
@@ -236,6 +245,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
+        else if constexpr (W_BATCH > 0) wv = w_batch[k % W_BATCH];
         else wv = load_vec<T, V>(w + l);
 #pragma unroll
         for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(wv.v[i]);
@@ -257,12 +267,21 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     };
     const bool next_row = PIPELINE && base + step < a.view.outer;
     const T* const next_x = cur.x + step * a.view.x_so;
+    constexpr int HELD = NV + SNV, BATCH = W_BATCH > 0 ? W_BATCH : HELD;
 #pragma unroll
-    for (int k = 0; k < NV + SNV; ++k)
-      if (has(cur, k)) {
-        scale_store(k < NV ? buf[k] : *slot(k), at(cur, k), k);
-        if (k >= NV && next_row) cp_async16(slot(k), next_x + at(cur, k));
+    for (int k0 = 0; k0 < HELD; k0 += BATCH) {
+      if constexpr (W_BATCH > 0) {
+#pragma unroll
+        for (int k = k0; k < k0 + BATCH && k < HELD; ++k)
+          if (has(cur, k) && w_vec) w_batch[k % W_BATCH] = load_vec<T, V>(w + at(cur, k));
       }
+#pragma unroll
+      for (int k = k0; k < k0 + BATCH && k < HELD; ++k)
+        if (has(cur, k)) {
+          scale_store(k < NV ? buf[k] : *slot(k), at(cur, k), k);
+          if (k >= NV && next_row) cp_async16(slot(k), next_x + at(cur, k));
+        }
+    }
     if (CLUSTER || cur.edge_count > 0) {
 #pragma unroll
       for (int i = 0; i < V; ++i)

@@ -15,6 +15,9 @@
 #ifndef NORMSCAN_ROWS_HELD  // vectors per thread, registers and shared memory, for long rows
 #define NORMSCAN_ROWS_HELD 16
 #endif
+#ifndef NORMSCAN_ROWS_WEIGHT_BATCH  // fp32 weight vectors loaded at a time ahead of their stores (clustered rows)
+#define NORMSCAN_ROWS_WEIGHT_BATCH 2
+#endif
 #ifndef NORMSCAN_ROWS_PIPELINE  // 1: clustered rows fill the next row's slots during their stores
 #define NORMSCAN_ROWS_PIPELINE 1
 #endif
@@ -53,10 +56,17 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // fp32 softmaxes fill the next row's slots during the stores: KernelBench 23 5.83 -> 5.61
 // ms, 24 5.72 -> 5.39 ms; the norms' 38 and 39 5.782 -> 5.804 ms, and their 16-bit kernels
 // spill with it.
+// A weighted fp32 row loads its weight 2 vectors at a time ahead of their stores (rms_norm+w,
+// ms, one at each store -> 2 -> 4 at a time; 4 spilled): 1024x65536 0.221 -> 0.194 -> 0.204,
+// 512x131072 0.234 -> 0.213 -> 0.213, 256x262144 0.240 -> 0.232 -> 0.224. bf16 rows were no
+// faster (0.105 -> 0.106 -> 0.115 at 1024x65536), and layer_norm's bias with its weight
+// spilled at 2: both load at each store. Loading the weight through the read-only path
+// (ld.global.nc, which the compiler may issue ahead of the stores) instead: 0.228, and
+// layer_norm's rows of 32768 and longer 12-19% slower.
 template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
                                NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
-                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted>;
+                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted, NORMSCAN_ROWS_WEIGHT_BATCH>;
 // Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks),
 // the fewest that hold the row: KernelBench 23's and 24's rows of 393216 floats take 12
 // (5.19 and 5.15 ms; the size from 12 to 16 whose resident clusters filled the most block
