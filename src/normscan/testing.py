@@ -398,8 +398,12 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         out.append(Case(f"{op} eps=0 zero row", op, maker((4, 515), torch.float32, specials=_zero_row), 1,
                         {"eps": 0.0}))
     if spec.takes("weight"):
+        # Rows of 65539 and longer take a cluster (fp32's weight loaded in batches ahead of the
+        # stores; rows after the first misaligned, their weight scalar), the last a held kernel.
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
-                                  ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16)]:
+                                  ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
+                                  ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
+                                  ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32)]:
             out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
                             with_weight=True))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
