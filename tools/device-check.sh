@@ -19,8 +19,8 @@
 #   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); overhead:
 #   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:
 #   `normscan verify`, every case including the >2**31-element ones.
-# Seen on an H100: every op's build side by side ~60 s (2026-11-25); bench ~1 min, the
-# sweeps ~1 min, sanitize ~2 min (2026-11-21/23).
+# Seen on an H100: every op's build side by side ~60 s, cases 17 s, sanitize ~4.5 min, bench
+# and the two sweeps with the peers ~4 min together, their install included (2026-11-25).
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: $0 OUTDIR [steps...]" >&2; exit 2; fi
 dir=$1
