@@ -62,7 +62,7 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // faster (0.105 -> 0.106 -> 0.115 at 1024x65536), and layer_norm's bias with its weight
 // spilled at 2: both load at each store. Loading the weight through the read-only path
 // (ld.global.nc, which the compiler may issue ahead of the stores) instead: 0.228, and
-// layer_norm's rows of 32768 and longer 12-19% slower.
+// layer_norm's rows of 32768 and longer 6-23% slower.
 template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
                                NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
