@@ -1,5 +1,5 @@
 """tools/ without a GPU: what tools/tune.py builds for the entries it times; what
-tools/kernelbench_eval.py checks."""
+tools/kernelbench_eval.py checks; tools/ncu_probe.py's programs."""
 
 import json
 import sys
@@ -76,3 +76,19 @@ def test_kernelbench_eval_runs_the_checkouts_checker_on_each_exported_file(tmp_p
     assert "failed: 90_cumprod" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="src/kernelbench lacks eval.py"):
         kernelbench_eval.main(["--kernelbench", str(tmp_path), "--problems", "89_cumsum"])
+
+
+def test_ncu_probe_scripts_compile_and_quack_cases_need_quack(tmp_path, capsys, monkeypatch):
+    """Every case's program is valid Python; without quack its cases are named and left out
+    before ncu runs (here no case is left, so it stops with the list of cases)."""
+    import importlib.util
+
+    import ncu_probe
+
+    for name, (call, shape, dtype) in ncu_probe.CASES.items():
+        compile(ncu_probe.script(call, shape, dtype), name, "exec")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "quack" else real(n, *a))
+    assert ncu_probe.main(tmp_path, ["quack"]) == 2
+    out = capsys.readouterr().out
+    assert out.count("left out, quack does not import") == sum(n.startswith("quack ") for n in ncu_probe.CASES) > 0
