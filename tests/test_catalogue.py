@@ -60,3 +60,25 @@ def test_every_entry_passes_its_ops_argument_checks():
             shape = e.shape if e.w_name == "mask" else spec.param_shape(e.shape, e.dim)[0]
             w = _expanded(shape, torch.bool if e.w_name == "mask" else e.dtype)
         spec.checked(_expanded(e.shape, e.dtype), e.dim, spec.args(dict(e.kwargs, **{e.w_name: w})))
+
+
+def test_quacks_layer_norm_gets_its_float32_weight_made_once(monkeypatch):
+    """QuACK's layernorm_fwd takes a float32 weight: the peer converts each weight once, outside
+    the calls that are timed, and passes layer_norm's eps."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.ModuleType("quack.rmsnorm")
+    fake.layernorm_fwd = lambda x, w, b, eps: calls.append((w, b, eps)) or x
+    monkeypatch.setitem(sys.modules, "quack", types.ModuleType("quack"))
+    monkeypatch.setitem(sys.modules, "quack.rmsnorm", fake)
+    fn = catalogue._quack_layer_norm()
+    x, w = torch.randn(3, 8, dtype=torch.bfloat16), torch.rand(8, dtype=torch.bfloat16)
+    fn(x, w)
+    fn(x, w)
+    assert len(calls) == 2 and calls[0][0] is calls[1][0] and calls[0][0].dtype == torch.float32
+    assert torch.equal(calls[0][0], w.float()) and calls[0][1] is None and calls[0][2] == 1e-5
+    other = torch.rand(8, dtype=torch.bfloat16)
+    fn(x, other)
+    assert torch.equal(calls[2][0], other.float())

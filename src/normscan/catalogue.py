@@ -71,6 +71,19 @@ def _liger_layer_norm():
     return lambda x, w: LigerLayerNormFunction.apply(x, w, zeros(w.shape[0], w.dtype, w.device), 1e-5)
 
 
+def _quack_layer_norm():
+    from quack.rmsnorm import layernorm_fwd
+    # QuACK takes a float32 weight: converted once per weight (not inside the timed call)
+    as_fp32: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def weight(w):
+        held = as_fp32.get(id(w))
+        if held is None or held[0] is not w:
+            held = as_fp32[id(w)] = (w, w.float())
+        return held[1]
+    return lambda x, w: layernorm_fwd(x, weight(w), None, eps=1e-5)
+
+
 def _liger_softmax():
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
     return lambda x, w: LigerSoftmaxFunction.apply(x)
@@ -87,7 +100,7 @@ _PEERS = {
     "rms_norm": {"F.rms_norm": lambda: lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
                  "liger": _liger_rms_norm, "quack": _quack_rms_norm},
     "softmax": {"liger": _liger_softmax, "quack": _quack_softmax},
-    "layer_norm": {"liger": _liger_layer_norm},
+    "layer_norm": {"liger": _liger_layer_norm, "quack": _quack_layer_norm},
 }
 
 
