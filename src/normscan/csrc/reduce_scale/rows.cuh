@@ -30,8 +30,8 @@ namespace normscan {
 // A rows kernel's shape: BLOCK threads, TPR of them a row, each holding NV vectors in
 // registers and SNV in shared memory; MINB resident blocks a SM asked of the compiler;
 // CLUSTER: rows spread over a thread-block cluster (sm_90); PIPELINE: the next row's loads
-// overlap this row's stores; WBATCH: weight vectors an fp32 weighted row with shared memory
-// loads at a time ahead of their stores. tuning.cuh names the ones used.
+// overlap this row's stores; WBATCH: weight vectors a weighted row with shared memory loads
+// at a time ahead of their stores (0: one at each store). tuning.cuh names the ones used.
 template <int BLOCK, int TPR, int NV, int SNV, int MINB, bool CLUSTER = false, bool PIPELINE = false, int WBATCH = 0>
 struct RowsConfig {
   static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kRegVecs = NV, kSmemVecs = SNV, kMinBlocks = MINB;
@@ -76,11 +76,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr bool L2_LAST = false;
   constexpr bool X_L2_LAST = false;
 #endif
-  // fp32 weighted rows held in shared memory load their weight a batch of vectors at a time
+  // Weighted rows held in shared memory may load their weight a batch of vectors at a time
   // ahead of the batch's stores: a load at each store waits behind the stores before it
-  // (they might alias it), so every store waited on its own round trip to L2. tuning.cuh has
-  // the figures, and why not 16-bit rows or a bias.
-  constexpr int W_BATCH = (Op::kWeighted && !Op::kBiased && SNV > 0 && sizeof(T) == 4) ? Cfg::kWeightBatch : 0;
+  // (they might alias it), so every store waits on its own round trip to L2. tuning.cuh
+  // says which rows do.
+  constexpr int W_BATCH = Cfg::kWeightBatch;
+  static_assert(W_BATCH == 0 || (Op::kWeighted && !Op::kBiased && SNV > 0), "a batch of a weight, without a bias");
   const int2 place = CLUSTER ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;

@@ -64,9 +64,11 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // (ld.global.nc, which the compiler may issue ahead of the stores) instead: 0.228, and
 // layer_norm's rows of 32768 and longer 6-23% slower.
 template <typename T, typename Op>
+constexpr int kRowsWeightBatch = std::is_same<T, float>::value && Op::kWeighted && !Op::kBiased ? NORMSCAN_ROWS_WEIGHT_BATCH : 0;
+template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
                                NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
-                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted, NORMSCAN_ROWS_WEIGHT_BATCH>;
+                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted, kRowsWeightBatch<T, Op>>;
 // Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks),
 // the fewest that hold the row: KernelBench 23's and 24's rows of 393216 floats take 12
 // (5.19 and 5.15 ms; the size from 12 to 16 whose resident clusters filled the most block
