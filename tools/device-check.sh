@@ -28,7 +28,8 @@ dir=$1
 shift
 cd "$(dirname "$0")/.."
 mkdir -p "$dir"
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1  # after ours: carried peers PATH=$PATH:/usr/local/cuda/bin
+# ours first, then any carried peers' folders
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
 export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
 steps=${*:-tests cases bench}
 status=0
