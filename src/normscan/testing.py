@@ -399,11 +399,15 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                         {"eps": 0.0}))
     if spec.takes("weight"):
         # Rows of 65539 and longer take a cluster (fp32's weight loaded in batches ahead of the
-        # stores; rows after the first misaligned, their weight scalar), the last a held kernel.
+        # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
+        # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
+        # loads in flight during this one's stores).
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                   ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
                                   ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
-                                  ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32)]:
+                                  ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
+                                  ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
+                                  ((70, 262144), -1, torch.bfloat16)]:
             out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
                             with_weight=True))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets

@@ -10,7 +10,9 @@ namespace normscan {
 template <typename T, typename Op, typename Cfg>
 inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, int cluster, cudaStream_t stream) {
   const int64_t units = cluster > 1 ? a.view.outer : ceil_div(a.view.outer, Cfg::kBlock / Cfg::kThreadsPerRow);
-  return launch_units<reduce_scale_rows_kernel<T, Op, Cfg>>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, units,
+  const bool persistent = kRowsWeightedPersistent<Op> && a.w != nullptr && cluster > 1 && cluster <= kMaxPortableCluster;
+  const Grid grid = persistent ? Grid::Persistent : Grid::PerUnit;
+  return launch_units<reduce_scale_rows_kernel<T, Op, Cfg>>(grid, dim3(Cfg::kBlock), cluster, units,
                                                              Cfg::kSmemBytes, stream, a);
 }
 
@@ -155,7 +157,10 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
     if (n <= StridedVecFew<T>::kHeld) return launch_strided<T, Op, StridedVecFew<T>>(a, stream);
     if (n <= StridedVecShort<T>::kHeld) return launch_strided<T, Op, StridedVecShort<T>>(a, stream);
     if (n <= StridedVecMedium<T>::kHeld) return launch_strided<T, Op, StridedVecMedium<T>>(a, stream);
-    if (n <= StridedVecCluster<T>::kHeld * max_cluster)
+    const bool sm90 = d.major >= 9;  // where the configs built for sm_90 only run
+    if (NORMSCAN_STRIDED_TALL_BY > 0 && sm90 && n <= StridedVecTall<T>::kHeld)
+      return launch_strided<T, Op, StridedVecTall<T>>(a, stream);
+    if (n <= StridedVecCluster<T>::kHeld * max_cluster && (sm90 || !StridedVecCluster<T>::kSm90Only))
       return launch_strided_cluster<T, Op, StridedVecCluster<T>>(a, stream);
   }
   if (n <= StridedFew<T, Op>::kHeld) return launch_strided<T, Op, StridedFew<T, Op>>(a, stream);

@@ -23,10 +23,12 @@
 namespace normscan {
 
 // A strided kernel's shape (the letters of the kernel's comment); MINB resident blocks a SM
-// asked of the compiler. tuning.cuh names the ones used.
-template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB> struct StridedConfig {
+// asked of the compiler; SM90_ONLY: launched on sm_90 and later only, its code left out of
+// older architectures' builds. tuning.cuh names the ones used.
+template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB, bool SM90_ONLY = false>
+struct StridedConfig {
   static constexpr int kBx = BX, kBy = BY, kItems = ITEMS, kCpt = CPT, kVi = VI, kMinBlocks = MINB;
-  static constexpr bool kInRegs = IN_REGS;
+  static constexpr bool kInRegs = IN_REGS, kSm90Only = SM90_ONLY;
   static constexpr int kThreads = BX * BY;
   static constexpr int kTile = BX * CPT * VI;  // positions along inner per tile
   static constexpr int64_t kHeld = int64_t(BY) * ITEMS;  // positions of the reduced dim a block holds (IN_REGS)
@@ -41,6 +43,9 @@ template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB> st
 template <typename T, typename Op, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_strided_kernel(
     ArgsFor<T, Op> a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (Cfg::kSm90Only) return;
+#endif
   constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems, CPT = Cfg::kCpt, VI = Cfg::kVi;
   constexpr bool IN_REGS = Cfg::kInRegs;
   using A = acc_t<T>;

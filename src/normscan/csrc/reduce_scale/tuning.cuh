@@ -18,8 +18,11 @@
 #ifndef NORMSCAN_ROWS_WEIGHT_BATCH  // fp32 weight vectors loaded at a time ahead of their stores (clustered rows)
 #define NORMSCAN_ROWS_WEIGHT_BATCH 2
 #endif
-#ifndef NORMSCAN_ROWS_PIPELINE  // 1: clustered rows fill the next row's slots during their stores
+#ifndef NORMSCAN_ROWS_PIPELINE  // 1: clustered fp32 rows on a persistent grid fill the next row's slots during their stores
 #define NORMSCAN_ROWS_PIPELINE 1
+#endif
+#ifndef NORMSCAN_ROWS_WEIGHTED_PERSISTENT  // 1: clustered rows with a weight (no bias) take row after row
+#define NORMSCAN_ROWS_WEIGHTED_PERSISTENT 1
 #endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
@@ -32,6 +35,12 @@
 #endif
 #ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
 #define NORMSCAN_STRIDED_MINB 2
+#endif
+#ifndef NORMSCAN_STRIDED_FEW_CPT  // column vectors a thread in the few-position vector kernel: 32- and 64-bit types
+#define NORMSCAN_STRIDED_FEW_CPT 2
+#endif
+#ifndef NORMSCAN_STRIDED_FEW_CPT16  // the same, 16-bit types
+#define NORMSCAN_STRIDED_FEW_CPT16 1
 #endif
 
 namespace normscan {
@@ -65,10 +74,23 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // layer_norm's rows of 32768 and longer 6-23% slower.
 template <typename T, typename Op>
 constexpr int kRowsWeightBatch = std::is_same<T, float>::value && Op::kWeighted && !Op::kBiased ? NORMSCAN_ROWS_WEIGHT_BATCH : 0;
+// Clustered rows with a weight and no bias (rms_norm's) run on a persistent grid, each cluster
+// taking row after row, fp32 rows filling the next row's slots during their stores (which a
+// grid of a cluster a row never reaches). ms, rms_norm+w, H100 | H200 (2026-11-25, tools/tune.py,
+// a cluster a row -> persistent with the next row in flight; 16-bit rows have no pipeline):
+// fp32 1024x65536 0.195 -> 0.194 | 0.149 -> 0.146, 512x131072 0.214 -> 0.201 | 0.167 -> 0.152,
+// 256x262144 0.227 -> 0.201 | 0.182 -> 0.157; bf16 512x131072 0.111 -> 0.106 | 0.091 -> 0.085,
+// 256x262144 0.124 -> 0.112 | 0.103 -> 0.089. Without a weight (the same kernel, w null) the
+// persistent grid was no faster (fp32 512x131072 0.192 -> 0.197), l2_normalize's 39 on
+// clusters of 2 slower (5.886 -> 6.201 ms), and the softmaxes of 131072 on clusters of 4
+// slower on the H100 (1.552 -> 1.586) though faster on the H200 (1.237 -> 1.221): those keep
+// a cluster a row.
+template <typename Op> constexpr bool kRowsWeightedPersistent = NORMSCAN_ROWS_WEIGHTED_PERSISTENT && Op::kWeighted && !Op::kBiased;
 template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
                                NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
-                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && Op::kMaxShifted, kRowsWeightBatch<T, Op>>;
+                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && (Op::kMaxShifted || kRowsWeightedPersistent<Op>),
+                               kRowsWeightBatch<T, Op>>;
 // Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks),
 // the fewest that hold the row: KernelBench 23's and 24's rows of 393216 floats take 12
 // (5.19 and 5.15 ms; the size from 12 to 16 whose resident clusters filled the most block
@@ -134,16 +156,34 @@ using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMax
 // 16-byte vectors along inner (inner contiguous and aligned), up to 16 a thread (256
 // bytes): 16-byte vectors took KernelBench 36 (112, 64, 512, 512) from 5.7 to 5.3 ms,
 // prefetching the next tile into shared memory to 5.25, one block a tile to 5.16.
-template <typename T> using StridedVecFew = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 1, 4, true, 4, vec16<T>(), NORMSCAN_STRIDED_MINB>;
+// Columns of up to 4 take 2 column vectors a thread (16-bit: 1): rms_norm dim 1 of (112, 3,
+// 512, 512), ms, 4 -> 2 -> 1 vectors (2026-11-25): bf16 H100 0.158 -> 0.126 -> 0.120, H200
+// 0.151 -> 0.115 -> 0.109; fp32 4 -> 2, H100 0.236 -> 0.232, H200 0.189 -> 0.171. Fewer
+// registers a thread (bf16 161 at 4), more blocks a SM, and each column's scale (a division
+// and a square root) computed by fewer threads in turn.
+template <typename T>
+using StridedVecFew = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 1, 4, true, sizeof(T) == 2 ? NORMSCAN_STRIDED_FEW_CPT16 : NORMSCAN_STRIDED_FEW_CPT,
+                                    vec16<T>(), NORMSCAN_STRIDED_MINB>;
 template <typename T> using StridedVecShort = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 1, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
 template <typename T> using StridedVecMedium = StridedConfig<NORMSCAN_STRIDED_VEC_BX, 4, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
-// Longer columns over a cluster of up to 8 blocks, pushing column sums to each other
-// (pulling them cost (8, 1024, 64, 64) 10%). 16-bit types spill at 8 x 16 (their fp32
-// conversions need the registers): 4 x 16.
-template <typename T> constexpr int kStridedVecClusterBy = sizeof(T) >= 4 ? 8 : 4;
+// Columns up to 256 in one block of 16 x 16 threads (16 along them), no cluster: rms_norm
+// dim 1 of (16, 256, 128, 128), ms, H100 (2026-11-25), a cluster of two 32 x 8 blocks -> one
+// 16 x 16 block -> one 8 x 32: fp32 0.190 -> 0.180 -> 0.187, bf16 0.101 -> 0.095 -> 0.149.
+// sm_90 only: on sm_80 these kernels spilled 44-388 bytes.
+#ifndef NORMSCAN_STRIDED_TALL_BY  // threads along the reduced dim of the tall block (0: none)
+#define NORMSCAN_STRIDED_TALL_BY 16
+#endif
+constexpr int kStridedTallBy = NORMSCAN_STRIDED_TALL_BY > 0 ? NORMSCAN_STRIDED_TALL_BY : 1;
 template <typename T>
-using StridedVecCluster = StridedConfig<256 / kStridedVecClusterBy<T>, kStridedVecClusterBy<T>, 16, true, 1, vec16<T>(),
-                                        NORMSCAN_STRIDED_MINB>;
+using StridedVecTall = StridedConfig<256 / kStridedTallBy, kStridedTallBy, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
+// Longer columns over a cluster of up to 8 blocks, pushing column sums to each other
+// (pulling them cost (8, 1024, 64, 64) 10%). 16-bit types once took 4 x 16 (8 x 16 spilled
+// then); 8 x 16 halves their clusters: bf16 ms, H200 (2026-11-25), (16, 256, 128, 128) 0.100 ->
+// 0.082, (8, 1024, 64, 64) 0.072 -> 0.060 (1024 positions took the scalar kernel before: more
+// than 8 blocks of 4 x 16 hold); H100 against the sweep at 735e3c8, 0.079 -> 0.067. On sm_80
+// (one block, columns of 65-128) the 16-bit kernels spilled 52 bytes: sm_90 only there.
+template <typename T>
+using StridedVecCluster = StridedConfig<32, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2>;
 // Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
