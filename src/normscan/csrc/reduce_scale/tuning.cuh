@@ -63,8 +63,11 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // clusters of 2 fill every block slot of an H100, where clusters of 4 left 16 of 264 empty.
 // 32768x65535 (KernelBench 38, 39): 97.9% of copy.
 // fp32 softmaxes fill the next row's slots during the stores: KernelBench 23 5.83 -> 5.61
-// ms, 24 5.72 -> 5.39 ms; the norms' 38 and 39 5.782 -> 5.804 ms, and their 16-bit kernels
-// spill with it.
+// ms, 24 5.72 -> 5.39 ms (on a persistent grid then); the norms' 38 and 39 5.782 -> 5.804
+// ms, and their 16-bit kernels spill with it. On today's grid of a cluster a row no next row
+// comes, but the flag's code (the first row's slots filled before the loop) still measures
+// ahead: without it 23 5.161 -> 5.176, 24 5.107 -> 5.183, softmax 4096x131072 1.540 -> 1.554
+// (H100, 2026-11-26).
 // A weighted fp32 row loads its weight 2 vectors at a time ahead of their stores (rms_norm+w,
 // ms, one at each store -> 2 -> 4 at a time; 4 spilled): 1024x65536 0.221 -> 0.194 -> 0.204,
 // 512x131072 0.234 -> 0.213 -> 0.213, 256x262144 0.240 -> 0.232 -> 0.224. bf16 rows were no
