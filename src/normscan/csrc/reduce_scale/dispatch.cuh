@@ -151,15 +151,14 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
   const int64_t n = a.view.length;
-  const int64_t max_cluster = d.major >= 9 ? kStridedMaxCluster : 1;
+  const bool sm90 = d.major >= 9;  // clusters, and the configs built for sm_90 only
+  const int64_t max_cluster = sm90 ? kStridedMaxCluster : 1;
   const bool vec = a.view.inner_vectorizable(a.x, a.y, vec16<T>());
   if (vec) {
     if (n <= StridedVecFew<T>::kHeld) return launch_strided<T, Op, StridedVecFew<T>>(a, stream);
     if (n <= StridedVecShort<T>::kHeld) return launch_strided<T, Op, StridedVecShort<T>>(a, stream);
     if (n <= StridedVecMedium<T>::kHeld) return launch_strided<T, Op, StridedVecMedium<T>>(a, stream);
-    const bool sm90 = d.major >= 9;  // where the configs built for sm_90 only run
-    if (NORMSCAN_STRIDED_TALL_BY > 0 && sm90 && n <= StridedVecTall<T>::kHeld)
-      return launch_strided<T, Op, StridedVecTall<T>>(a, stream);
+    if (sm90 && n <= StridedVecTall<T>::kHeld) return launch_strided<T, Op, StridedVecTall<T>>(a, stream);
     if (n <= StridedVecCluster<T>::kHeld * max_cluster && (sm90 || !StridedVecCluster<T>::kSm90Only))
       return launch_strided_cluster<T, Op, StridedVecCluster<T>>(a, stream);
   }

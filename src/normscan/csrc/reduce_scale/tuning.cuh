@@ -173,12 +173,12 @@ template <typename T> using StridedVecMedium = StridedConfig<NORMSCAN_STRIDED_VE
 // dim 1 of (16, 256, 128, 128), ms, H100 (2026-11-25), a cluster of two 32 x 8 blocks -> one
 // 16 x 16 block -> one 8 x 32: fp32 0.190 -> 0.180 -> 0.187, bf16 0.101 -> 0.095 -> 0.149.
 // sm_90 only: on sm_80 these kernels spilled 44-388 bytes.
-#ifndef NORMSCAN_STRIDED_TALL_BY  // threads along the reduced dim of the tall block (0: none)
+#ifndef NORMSCAN_STRIDED_TALL_BY  // threads along the reduced dim of the tall block
 #define NORMSCAN_STRIDED_TALL_BY 16
 #endif
-constexpr int kStridedTallBy = NORMSCAN_STRIDED_TALL_BY > 0 ? NORMSCAN_STRIDED_TALL_BY : 1;
 template <typename T>
-using StridedVecTall = StridedConfig<256 / kStridedTallBy, kStridedTallBy, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
+using StridedVecTall = StridedConfig<256 / NORMSCAN_STRIDED_TALL_BY, NORMSCAN_STRIDED_TALL_BY, 16, true, 1, vec16<T>(),
+                                     NORMSCAN_STRIDED_MINB, true>;
 // Longer columns over a cluster of up to 8 blocks, pushing column sums to each other
 // (pulling them cost (8, 1024, 64, 64) 10%). 16-bit types once took 4 x 16 (8 x 16 spilled
 // then); 8 x 16 halves their clusters: bf16 ms, H200 (2026-11-25), (16, 256, 128, 128) 0.100 ->
