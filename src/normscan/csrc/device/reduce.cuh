@@ -112,17 +112,23 @@ struct WarpPlace {
   }
 };
 
+// The barrier where a reduction's warps meet: the whole block's, or one that only a group of
+// its warps takes (MbarrierSync, async.cuh: a warp-specialised kernel's groups run apart).
+struct BlockBarrier {
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
 // Op over v of a group of GROUP_WARPS consecutive warps of the block, starting at warp
 // `first` (a row's warps, or the whole block); every thread of the group gets the result,
-// combined in warp order. `scratch` has one entry per warp of the block. One
-// __syncthreads() when GROUP_WARPS > 1: callers alternate two scratch buffers, so that no
-// second barrier is needed before the next call writes.
-template <typename Op, int GROUP_WARPS, typename A>
-__device__ __forceinline__ A block_group_reduce(A v, A* scratch, int first, WarpPlace me) {
+// combined in warp order. `scratch` has one entry per warp of the block. One barrier
+// (`bar`, which the group's warps alone may take) when GROUP_WARPS > 1: callers alternate
+// two scratch buffers, or meet at another barrier before the next call writes.
+template <typename Op, int GROUP_WARPS, typename A, typename Barrier = BlockBarrier>
+__device__ __forceinline__ A block_group_reduce(A v, A* scratch, int first, WarpPlace me, Barrier bar = {}) {
   v = warp_reduce<Op>(v);
   if (GROUP_WARPS > 1) {
     if (me.lane == 0) scratch[me.warp] = v;
-    __syncthreads();
+    bar.sync();
     if constexpr (Op::kCostly) {  // each lane takes one warp's value, then the warp reduces
       v = me.lane < GROUP_WARPS ? scratch[first + me.lane] : Op::template identity<A>();
       v = warp_reduce<Op>(v);

@@ -61,23 +61,28 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
 template <typename T, typename Op, typename Alloc>
 inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
   using Cfg = HeldFor<T, Op>;
-  constexpr auto kernel = reduce_scale_held_kernel<T, Op, Cfg::kBlock, Cfg::kVecs>;
+  constexpr auto serial = reduce_scale_held_kernel<T, Op, Cfg::kBlock, Cfg::kVecs>;
+  constexpr auto split = reduce_scale_held_split_kernel<T, Op, Cfg::kBlock / 2, 2 * Cfg::kVecs>;
   constexpr int64_t cap = int64_t(Cfg::kBlock) * Cfg::kVecs;
   constexpr size_t smem = 2 * size_t(cap) * 16;  // two buffers
   using State = HeldState<RowStat<Op, acc_t<T>>>;
   *launched = false;
   const int64_t rows = a.view.outer, parts = ceil_div(a.view.length / vec16<T>(), cap);
-  int64_t resident = 0;
-  cudaError_t err = resident_units<kernel>(dim3(Cfg::kBlock), 1, smem, &resident);
+  int64_t resident = 0, resident_split = 0;
+  cudaError_t err = resident_units<serial>(dim3(Cfg::kBlock), 1, smem, &resident);
+  if (err == cudaSuccess) err = resident_units<split>(dim3(Cfg::kBlock), 1, smem, &resident_split);
   if (err != cudaSuccess || parts > 2 * resident) return err;
+  const bool split_rows = 100 * parts <= NORMSCAN_HELD_SPLIT_PERCENT * resident && parts <= 2 * resident_split;
   const HeldPlan p{parts, ceil_div(a.view.length / vec16<T>(), parts), rows * parts};
   void* workspace = alloc(State::bytes(rows, parts));
   if (workspace == nullptr) return cudaErrorMemoryAllocation;
   err = cudaMemsetAsync(workspace, 0, State::counter_bytes(rows), stream);
   if (err != cudaSuccess) return err;
   *launched = true;
-  return launch_units<kernel>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, smem, stream, a, p,
-                              State::in(workspace, rows));
+  const State st = State::in(workspace, rows);
+  if (split_rows)
+    return launch_units<split>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, smem, stream, a, p, st);
+  return launch_units<serial>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, smem, stream, a, p, st);
 }
 
 template <typename T, typename Op, typename Alloc>

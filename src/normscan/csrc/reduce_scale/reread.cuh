@@ -100,7 +100,8 @@ template <typename Op, typename T> __device__ __forceinline__ int64_t stat_group
 }
 
 // A row as these kernels walk it: whole V-element vectors from xb / yb, and fewer than
-// 2 * V unaligned edge elements (head, then tail), edge e being thread e's.
+// 2 * V unaligned edge elements (head, then tail), edge e being thread e's (of the block, or
+// of the group of warps that walks the row).
 template <typename T, int V> struct RereadRow {
   const T* xr;
   T* yr;
@@ -123,21 +124,21 @@ template <typename T, int V> struct RereadRow {
     acc.pilot = pilot<Op>();
     return acc;
   }
-  __device__ __forceinline__ bool has_edge() const { return threadIdx.x < s.head + s.tail; }
-  __device__ __forceinline__ int64_t edge_at() const {
-    return threadIdx.x < s.head ? threadIdx.x : s.nvec * V + threadIdx.x;
-  }
+  __device__ __forceinline__ bool has_edge(unsigned t) const { return t < s.head + s.tail; }
+  __device__ __forceinline__ int64_t edge_at(unsigned t) const { return t < s.head ? t : s.nvec * V + t; }
 
-  // Adds this thread's edge element to acc (has_edge() only).
-  template <typename Op> __device__ __forceinline__ void add_edge(RowAccumulator<Op, acc_t<T>>& acc) const {
-    const acc_t<T> e[1] = {Convert<T>::to_acc(xr[edge_at()])};
+  // Adds edge t's element to acc (has_edge(t) only).
+  template <typename Op>
+  __device__ __forceinline__ void add_edge(RowAccumulator<Op, acc_t<T>>& acc, unsigned t) const {
+    const acc_t<T> e[1] = {Convert<T>::to_acc(xr[edge_at(t)])};
     acc.add(e, 1);
   }
   template <typename Op>
-  __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const ArgsFor<T, Op>& a, int64_t row) const {
+  __device__ __forceinline__ void scale_edge(RowScale<acc_t<T>> rs, const ArgsFor<T, Op>& a, int64_t row,
+                                             unsigned t) const {
     if constexpr (Op::kGrouped)
-      yr[edge_at()] = channels<Op>(a, row).template scale<Op>(xr[edge_at()], rs.scale, rs.shift, edge_at());
-    else yr[edge_at()] = scale_one<Op>(xr[edge_at()], rs.scale, rs.shift, a.w, a.b, edge_at());
+      yr[edge_at(t)] = channels<Op>(a, row).template scale<Op>(xr[edge_at(t)], rs.scale, rs.shift, edge_at(t));
+    else yr[edge_at(t)] = scale_one<Op>(xr[edge_at(t)], rs.scale, rs.shift, a.w, a.b, edge_at(t));
   }
 
   // Adds vectors [begin, end) to acc, BLOCK threads a stride.
@@ -227,14 +228,14 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scal
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x, parity ^= 1) {
     const RereadRow<T, V> r(a, row, Op{});
     auto acc = r.template accumulator<Op>();
-    if (r.has_edge()) r.add_edge(acc);
+    if (r.has_edge(threadIdx.x)) r.add_edge(acc, threadIdx.x);
     r.template add_vectors<BLOCK>(0, r.s.nvec, acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, acc.pilot);
     if constexpr (Op::kGrouped) {
       if (threadIdx.x == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
     }
-    if (r.has_edge()) r.template scale_edge<Op>(rs, a, row);
+    if (r.has_edge(threadIdx.x)) r.template scale_edge<Op>(rs, a, row, threadIdx.x);
     r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a, row);
   }
 }
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     const int64_t part = u % c.parts;
     const RereadRow<T, V> r(a, u / c.parts, Op{});
     auto acc = r.template accumulator<Op>();
-    if (part == 0 && r.has_edge()) r.add_edge(acc);
+    if (part == 0 && r.has_edge(threadIdx.x)) r.add_edge(acc, threadIdx.x);
     for (int64_t t = part; t * TILE < r.s.nvec; t += c.parts)
       r.template add_vectors<BLOCK>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
@@ -315,7 +316,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     }
     const RereadRow<T, V> r(a, row, Op{});
     const RowScale<A> rs = row_scale<Op, A>(stat, n, a.eps, r.template pilot<Op>());
-    if (span == 0 && r.has_edge()) r.template scale_edge<Op>(rs, a, row);
+    if (span == 0 && r.has_edge(threadIdx.x)) r.template scale_edge<Op>(rs, a, row, threadIdx.x);
     r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a, row);
   }
 }

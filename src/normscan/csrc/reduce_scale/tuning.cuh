@@ -146,8 +146,14 @@ inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, boo
 #ifndef NORMSCAN_HELD
 #define NORMSCAN_HELD 1
 #endif
+// Rows of at most NORMSCAN_HELD_SPLIT_PERCENT % as many parts as resident blocks go to the
+// split kernel (held.cuh), longer ones to the serial kernel (0: none split; 200: all).
+#ifndef NORMSCAN_HELD_SPLIT_PERCENT
+#define NORMSCAN_HELD_SPLIT_PERCENT 100
+#endif
 template <int BLOCK, int VECS> struct HeldConfig {
-  static constexpr int kBlock = BLOCK, kVecs = VECS;
+  static constexpr int kBlock = BLOCK, kVecs = VECS;  // the serial kernel's; the split one's groups take half the
+                                                      // block and twice the vectors
 };
 using HeldLargeParts = HeldConfig<512, 6>;
 using HeldSmallParts = HeldConfig<256, 8>;
