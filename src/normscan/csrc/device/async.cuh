@@ -55,8 +55,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
 
 // A barrier of some of a block's threads (a group of its warps, which the rest of the block
 // does not wait for): an mbarrier initialised with their count, each sync() an arrival and a
-// wait for the phase. (Named barriers, bar.sync with a count, did as well, but
-// compute-sanitizer's racecheck failed on them with an internal error.)
+// wait for the phase. Its phase is state: pass it by reference.
 struct MbarrierSync {
   uint64_t* bar;
   mutable unsigned phase;

@@ -124,7 +124,7 @@ struct BlockBarrier {
 // (`bar`, which the group's warps alone may take) when GROUP_WARPS > 1: callers alternate
 // two scratch buffers, or meet at another barrier before the next call writes.
 template <typename Op, int GROUP_WARPS, typename A, typename Barrier = BlockBarrier>
-__device__ __forceinline__ A block_group_reduce(A v, A* scratch, int first, WarpPlace me, Barrier bar = {}) {
+__device__ __forceinline__ A block_group_reduce(A v, A* scratch, int first, WarpPlace me, const Barrier& bar = Barrier{}) {
   v = warp_reduce<Op>(v);
   if (GROUP_WARPS > 1) {
     if (me.lane == 0) scratch[me.warp] = v;

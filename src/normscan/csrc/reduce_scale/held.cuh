@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(2 * GROUP, held_min_blocks<T, 2 * GROUP>())
       if (j < p.units) parts.sum(j, b, warp_stat);
       if (parts.t == 0) part_in[b] = j;
       mbarrier_arrive(&full[b]);
-      if (j >= p.units) return;
+      if (j >= p.units) break;
     }
   } else {
     const Parts parts{a, p, st, held, threadIdx.x - GROUP, me, GROUP / 32, {&group_bar[1], 0}};
@@ -233,11 +233,12 @@ __global__ void __launch_bounds__(2 * GROUP, held_min_blocks<T, 2 * GROUP>())
       const int b = n & 1;
       mbarrier_wait(&full[b], (n >> 1) & 1);
       const int64_t j = part_in[b];
-      if (j >= p.units) return;
+      if (j >= p.units) break;
       parts.scale(j, b, warp_stat);
       mbarrier_arrive(&freed[b]);
     }
   }
+  __syncthreads();  // the groups leave together
 }
 
 }  // namespace normscan
