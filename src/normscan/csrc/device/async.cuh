@@ -53,19 +53,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
 #endif
 }
 
-// A barrier of some of a block's threads (a group of its warps, which the rest of the block
-// does not wait for): an mbarrier initialised with their count, each sync() an arrival and a
-// wait for the phase. Its phase is state: pass it by reference.
-struct MbarrierSync {
-  uint64_t* bar;
-  mutable unsigned phase;
-  __device__ __forceinline__ void sync() const {
-    mbarrier_arrive(bar);
-    mbarrier_wait(bar, phase);
-    phase ^= 1;
-  }
-};
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // The same barriers across a thread-block cluster (sm_90): any block of the cluster may arrive
 // on a block's barrier, releasing its earlier writes to the cluster (distributed shared

@@ -112,10 +112,14 @@ struct WarpPlace {
   }
 };
 
-// The barrier where a reduction's warps meet: the whole block's, or one that only a group of
-// its warps takes (MbarrierSync, async.cuh: a warp-specialised kernel's groups run apart).
+// The barrier where a reduction's warps meet: the whole block's, or a named one that only a
+// group of its warps takes (a warp-specialised kernel's groups, which run apart).
 struct BlockBarrier {
   __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+template <int ID, int THREADS> struct GroupBarrier {
+  static_assert(ID > 0 && ID < 16 && THREADS % 32 == 0, "a named barrier (0 is __syncthreads') of whole warps");
+  __device__ __forceinline__ void sync() const { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(THREADS) : "memory"); }
 };
 
 // Op over v of a group of GROUP_WARPS consecutive warps of the block, starting at warp

@@ -61,9 +61,9 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
 template <typename T, typename Op, typename Alloc>
 inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
   using Cfg = HeldFor<T, Op>;
+  constexpr int cap = Cfg::kBlock * Cfg::kVecs;  // vectors a part
   constexpr auto serial = reduce_scale_held_kernel<T, Op, Cfg::kBlock, Cfg::kVecs>;
-  constexpr auto split = reduce_scale_held_split_kernel<T, Op, Cfg::kBlock / 2, 2 * Cfg::kVecs>;
-  constexpr int64_t cap = int64_t(Cfg::kBlock) * Cfg::kVecs;
+  constexpr auto split = reduce_scale_held_split_kernel<T, Op, Cfg::kSumming, Cfg::kBlock - Cfg::kSumming, cap>;
   constexpr size_t smem = 2 * size_t(cap) * 16;  // two buffers
   using State = HeldState<RowStat<Op, acc_t<T>>>;
   *launched = false;

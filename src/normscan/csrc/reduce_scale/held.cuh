@@ -11,8 +11,8 @@
 //   - serial: the whole block sums a part into one buffer, then waits for the part before
 //     it (in the other buffer) and scales it;
 //   - split: the block's warps are two groups that run apart, one summing parts into free
-//     buffers, the other scaling full ones (handed over, and each group's own barriers,
-//     through mbarriers), so that a part
+//     buffers, the other scaling full ones (handed over through mbarriers; each group's
+//     reductions meet at a named barrier of its own), so that a part
 //     lands while another is scaled. It pays where rows complete while the block works on
 //     others (a row of fewer parts than blocks); a row of more parts than blocks is
 //     complete only once nearly all buffers hold it, and its parts' latency, which the
@@ -190,30 +190,30 @@ __global__ void __launch_bounds__(BLOCK, held_min_blocks<T, BLOCK>())
   }
 }
 
-// The split kernel: a summing and a scaling group of GROUP threads each, parts of GROUP *
-// VECS vectors (the serial kernel's parts with a block of 2 * GROUP and VECS / 2 vectors).
-template <typename T, typename Op, int GROUP, int VECS>
-__global__ void __launch_bounds__(2 * GROUP, held_min_blocks<T, 2 * GROUP>())
+// The split kernel: a summing group of SUMMING threads and a scaling group of SCALING, on
+// parts of PART vectors (a vector's place in its buffer is its place in the part, whichever
+// group's thread holds it).
+template <typename T, typename Op, int SUMMING, int SCALING, int PART>
+__global__ void __launch_bounds__(SUMMING + SCALING, held_min_blocks<T, SUMMING + SCALING>())
     reduce_scale_held_split_kernel(ArgsFor<T, Op> a, HeldPlan p, HeldState<RowStat<Op, acc_t<T>>> st) {
+  static_assert(PART % SUMMING == 0 && PART % SCALING == 0, "whole vectors a thread");
   using Stat = RowStat<Op, acc_t<T>>;
   extern __shared__ uint4 held[];
   // The summing group's warps, then the scaling group's: each group meets at another
   // barrier (its ticket's, its row wait's) between two reductions, so one scratch suffices.
-  __shared__ Stat warp_stat[2 * GROUP / 32];
-  __shared__ int64_t ticket;     // the summing group's latest
+  __shared__ Stat warp_stat[(SUMMING + SCALING) / 32];
+  __shared__ int64_t ticket;      // the summing group's latest
   __shared__ int64_t part_in[2];  // the part each buffer holds (p.units and more: the end)
-  // A buffer's handover (each group's GROUP threads arrive) and each group's own barrier.
-  __shared__ uint64_t full[2], freed[2], group_bar[2];
+  __shared__ uint64_t full[2], freed[2];  // a buffer's handover: each group's threads arrive
   const WarpPlace me = WarpPlace::of_thread();
   if (threadIdx.x < 2) {
-    mbarrier_init(&full[threadIdx.x], GROUP);
-    mbarrier_init(&freed[threadIdx.x], GROUP);
-    mbarrier_init(&group_bar[threadIdx.x], GROUP);
+    mbarrier_init(&full[threadIdx.x], SUMMING);
+    mbarrier_init(&freed[threadIdx.x], SCALING);
   }
   __syncthreads();
-  using Parts = HeldParts<T, Op, GROUP, VECS, MbarrierSync>;
-  if (me.warp < GROUP / 32) {
-    const Parts parts{a, p, st, held, threadIdx.x, me, 0, {&group_bar[0], 0}};
+  if (me.warp < SUMMING / 32) {
+    const HeldParts<T, Op, SUMMING, PART / SUMMING, GroupBarrier<1, SUMMING>> parts{a, p, st, held, threadIdx.x, me,
+                                                                                    0, {}};
     for (int n = 0;; ++n) {  // the n-th part: buffer n % 2, its (n / 2)-th use
       const int b = n & 1;
       mbarrier_wait(&freed[b], (n >> 1) & 1);
@@ -223,22 +223,22 @@ __global__ void __launch_bounds__(2 * GROUP, held_min_blocks<T, 2 * GROUP>())
       if (j < p.units) parts.sum(j, b, warp_stat);
       if (parts.t == 0) part_in[b] = j;
       mbarrier_arrive(&full[b]);
-      if (j >= p.units) break;
+      if (j >= p.units) return;
     }
   } else {
-    const Parts parts{a, p, st, held, threadIdx.x - GROUP, me, GROUP / 32, {&group_bar[1], 0}};
+    const HeldParts<T, Op, SCALING, PART / SCALING, GroupBarrier<2, SCALING>> parts{
+        a, p, st, held, threadIdx.x - SUMMING, me, SUMMING / 32, {}};
     mbarrier_arrive(&freed[0]);  // both buffers start free
     mbarrier_arrive(&freed[1]);
     for (int n = 0;; ++n) {
       const int b = n & 1;
       mbarrier_wait(&full[b], (n >> 1) & 1);
       const int64_t j = part_in[b];
-      if (j >= p.units) break;
+      if (j >= p.units) return;
       parts.scale(j, b, warp_stat);
       mbarrier_arrive(&freed[b]);
     }
   }
-  __syncthreads();  // the groups leave together
 }
 
 }  // namespace normscan

@@ -151,12 +151,15 @@ inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, boo
 #ifndef NORMSCAN_HELD_SPLIT_PERCENT
 #define NORMSCAN_HELD_SPLIT_PERCENT 100
 #endif
-template <int BLOCK, int VECS> struct HeldConfig {
-  static constexpr int kBlock = BLOCK, kVecs = VECS;  // the serial kernel's; the split one's groups take half the
-                                                      // block and twice the vectors
+#ifndef NORMSCAN_HELD_SUMMING_WARPS  // of the split kernel's 16 on large parts
+#define NORMSCAN_HELD_SUMMING_WARPS 8
+#endif
+// Parts of BLOCK x VECS vectors; the split kernel's first SUMMING threads sum, the others scale.
+template <int BLOCK, int VECS, int SUMMING> struct HeldConfig {
+  static constexpr int kBlock = BLOCK, kVecs = VECS, kSumming = SUMMING;
 };
-using HeldLargeParts = HeldConfig<512, 6>;
-using HeldSmallParts = HeldConfig<256, 8>;
+using HeldLargeParts = HeldConfig<512, 6, 32 * NORMSCAN_HELD_SUMMING_WARPS>;
+using HeldSmallParts = HeldConfig<256, 8, 128>;
 template <typename T, typename Op>
 using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMaxShifted), HeldSmallParts, HeldLargeParts>;
 
