@@ -12,11 +12,11 @@
 //     it (in the other buffer) and scales it;
 //   - split: the block's warps are two groups that run apart, one summing parts into free
 //     buffers, the other scaling full ones (handed over through mbarriers; each group's
-//     reductions meet at a named barrier of its own), so that a part
-//     lands while another is scaled. It pays where rows complete while the block works on
-//     others (a row of fewer parts than blocks); a row of more parts than blocks is
-//     complete only once nearly all buffers hold it, and its parts' latency, which the
-//     half-block groups lengthen, is what counts (NOTES.md, "Rows held across the GPU").
+//     reductions meet at a named barrier of its own), so that a part lands while another
+//     is scaled. It pays where rows complete while the block works on others (a row of
+//     fewer parts than blocks); a row of more parts than blocks is complete only once
+//     nearly all buffers hold it, and its parts' latency, which the half-block groups
+//     lengthen, is what counts (NOTES.md, "Rows held across the GPU").
 // Every part's statistics are merged in part order: every block, and every run, gets the
 // same bits.
 #pragma once
