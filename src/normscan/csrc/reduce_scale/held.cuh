@@ -93,6 +93,14 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
     return reinterpret_cast<VT*>(&held[(b * VECS + k) * THREADS + t]);
   }
 
+  // The next part's ticket: thread 0 takes it into `slot`, every thread reads it after the
+  // barrier.
+  __device__ __forceinline__ int64_t take(int64_t* slot) const {
+    if (t == 0) *slot = static_cast<int64_t>(atomicAdd(st.ticket, 1ull));
+    bar.sync();
+    return *slot;
+  }
+
   // Copies part j into buffer b while summing it, and publishes its statistic: nothing
   // waits. `scratch` (an entry a warp of the block) is free until the reduction's barrier.
   __device__ __forceinline__ void sum(int64_t j, int b, Stat* scratch) const {
@@ -173,16 +181,11 @@ __global__ void __launch_bounds__(BLOCK, held_min_blocks<T, BLOCK>())
   __shared__ typename Parts::Stat warp_stat[2][BLOCK / 32];  // alternated: one barrier a reduction
   __shared__ int64_t ticket[2];
   const Parts parts{a, p, st, held, threadIdx.x, WarpPlace::of_thread(), 0, {}};
-  auto take = [&](int parity) {
-    if (threadIdx.x == 0) ticket[parity] = static_cast<int64_t>(atomicAdd(st.ticket, 1ull));
-    __syncthreads();
-    return ticket[parity];
-  };
-  int64_t j = take(0);
+  int64_t j = parts.take(&ticket[0]);
   if (j >= p.units) return;
   parts.sum(j, 0, warp_stat[0]);
   for (int b = 0, parity = 1;; b ^= 1, parity ^= 1) {
-    const int64_t next = take(parity);
+    const int64_t next = parts.take(&ticket[parity]);
     if (next < p.units) parts.sum(next, b ^ 1, warp_stat[parity]);
     parts.scale(j, b, warp_stat[parity]);
     if (next >= p.units) return;
@@ -217,9 +220,7 @@ __global__ void __launch_bounds__(SUMMING + SCALING, held_min_blocks<T, SUMMING 
     for (int n = 0;; ++n) {  // the n-th part: buffer n % 2, its (n / 2)-th use
       const int b = n & 1;
       mbarrier_wait(&freed[b], (n >> 1) & 1);
-      if (parts.t == 0) ticket = static_cast<int64_t>(atomicAdd(st.ticket, 1ull));
-      parts.bar.sync();
-      const int64_t j = ticket;
+      const int64_t j = parts.take(&ticket);
       if (j < p.units) parts.sum(j, b, warp_stat);
       if (parts.t == 0) part_in[b] = j;
       mbarrier_arrive(&full[b]);
