@@ -94,13 +94,16 @@ using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTE
                                NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
                                NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && (Op::kMaxShifted || kRowsWeightedPersistent<Op>),
                                kRowsWeightBatch<T, Op>>;
-// Up to 16 blocks (a non-portable cluster, where the device can run one: the dispatcher asks),
-// the fewest that hold the row: KernelBench 23's and 24's rows of 393216 floats take 12
-// (5.19 and 5.15 ms; the size from 12 to 16 whose resident clusters filled the most block
-// slots ran 5.61 and 5.39).
-// Held across the GPU instead (NORMSCAN_ROWS_MAX_CLUSTER=8) they ran 5.80 and 5.57 ms.
+// Up to this many blocks, the fewest that hold the row; longer rows are held across the GPU
+// (held.cuh). Above 8 the cluster is non-portable (the dispatcher asks whether the device
+// runs it). KernelBench 23's and 24's rows of 393216 floats, ms (H100): on a cluster of 12
+// (NORMSCAN_ROWS_MAX_CLUSTER=16) 5.19 and 5.15 (2026-11-23), 5.165 and 5.097 (2026-11-26);
+// held, on the serial kernel, 5.80 and 5.57 (2026-11-23); on the split kernel 4.61 and 4.39
+// (2026-11-26, the same run as the 5.165 and 5.097). A cluster of 12 does a row's reduction
+// and scaling in step, its barriers unhidden; held, a row's parts are summed while others
+// are scaled.
 #ifndef NORMSCAN_ROWS_MAX_CLUSTER
-#define NORMSCAN_ROWS_MAX_CLUSTER 16
+#define NORMSCAN_ROWS_MAX_CLUSTER 8
 #endif
 constexpr int kRowsMaxCluster = NORMSCAN_ROWS_MAX_CLUSTER;
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
