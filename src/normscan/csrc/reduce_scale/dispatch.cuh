@@ -103,7 +103,7 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
       if (nvec <= RowsBlock::kVecsPerBlock) return launch_rows<T, Op, RowsBlock>(a, 1, stream);
     }
     using Cluster = RowsCluster<T, Op>;
-    const int max_cluster = d.major >= 9 ? kRowsMaxCluster : 1;
+    const int max_cluster = d.major >= 9 ? rows_max_cluster<T, Op>(a) : 1;
     if (nvec <= Cluster::kVecsPerBlock * max_cluster) {
       const int cluster = static_cast<int>(ceil_div(nvec, Cluster::kVecsPerBlock));
       int64_t fit = 1;

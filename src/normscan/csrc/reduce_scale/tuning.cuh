@@ -106,6 +106,21 @@ using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTE
 #define NORMSCAN_ROWS_MAX_CLUSTER 8
 #endif
 constexpr int kRowsMaxCluster = NORMSCAN_ROWS_MAX_CLUSTER;
+// fp32 rows of the norms (not the softmaxes), but those whose weight the persistent cluster
+// keeps on chip, are held from beyond this many blocks on. H100, 2026-11-26, ms, clusters of
+// up to 8 -> held past 2 blocks: KernelBench 34 (rows of 262144) 5.438 -> 5.188;
+// l2_normalize (512, 131072) 0.191 -> 0.185, (256, 262144) 0.196 -> 0.186 (l1 and rms_norm
+// alike); layer_norm + w (4096, 131072) 1.827 -> 1.665; group_norm (16, 256, 128, 128) 32
+// groups 0.209 -> 0.198. Not held: rms_norm + w (512, 131072) 0.199 -> 0.208, softmax
+// (4096, 131072) 1.535 -> 1.545 (log_softmax 1.520 -> 1.473), bf16 rows (rms_norm (512,
+// 131072) 0.097 -> 0.108); and rows of 65536 (2 blocks) 0.186 -> 0.188.
+#ifndef NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER
+#define NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER 2
+#endif
+template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, Op>& a) {
+  const bool held_sooner = sizeof(T) == 4 && !Op::kMaxShifted && !(kRowsWeightedPersistent<Op> && a.w != nullptr);
+  return held_sooner ? NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER : kRowsMaxCluster;
+}
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row.
 constexpr int kRereadBlock = 512;
