@@ -129,10 +129,10 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = N
     each sample's groups of C / num_groups channels (their channels and positions together,
     the biased variance), then ``* weight + bias`` per channel (shape (C,)).
 
-    A group of a contiguous x is one run of memory, read where it lies: once where a
-    thread-block cluster holds it, else twice. Other layouts (channels_last with several
-    channels a group) are copied to contiguous first. 16-bit inputs are computed in fp32;
-    the weight and bias have x's dtype.
+    A group of a contiguous x is one run of memory, read where it lies: once where it fits
+    on chip (a thread-block cluster, or the whole GPU's shared memory), else twice. Other
+    layouts (channels_last with several channels a group) are copied to contiguous first.
+    16-bit inputs are computed in fp32; the weight and bias have x's dtype.
     """
 
 
