@@ -11,6 +11,7 @@ constexpr int kMaxDevices = 64;
 struct DeviceInfo {
   int sms = 0;
   int major = 0;
+  int smem_optin = 0;  // shared memory a block can have, opted in
 };
 
 inline cudaError_t device_info(DeviceInfo* out) {
@@ -22,6 +23,8 @@ inline cudaError_t device_info(DeviceInfo* out) {
   DeviceInfo& d = cache[dev];
   if (d.sms == 0) {
     err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
@@ -78,7 +81,8 @@ inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, 
 }
 
 // Clusters of `cluster` blocks of `kernel` resident on the device at once (0: such a cluster
-// cannot run at all), measured once per kernel, device and cluster size.
+// cannot run at all, as where a block asks more shared memory than the device gives),
+// measured once per kernel, device and cluster size.
 template <auto kernel>
 inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_t* out) {
   static int64_t resident[kMaxDevices][kMaxCluster + 1] = {};  // count + 1; 0 = not measured yet
@@ -92,6 +96,14 @@ inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_
     cudaFuncAttributes attrs;
     err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return err;
+    DeviceInfo d;
+    err = device_info(&d);
+    if (err != cudaSuccess) return err;
+    if (smem + attrs.sharedSizeBytes > static_cast<size_t>(d.smem_optin)) {
+      *out = 0;
+      fit = 1;
+      return cudaSuccess;
+    }
     if (smem + attrs.sharedSizeBytes > 48 * 1024) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;

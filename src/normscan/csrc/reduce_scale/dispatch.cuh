@@ -56,33 +56,62 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
       Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, scaled_by);
 }
 
+// The held kernels of a config (held.cuh): parts of kPart vectors in two buffers a block.
+template <typename Cfg> constexpr int kHeldPart = Cfg::kBlock * Cfg::kVecs;
+template <typename Cfg> constexpr size_t kHeldSmem = 2 * size_t(kHeldPart<Cfg>) * 16;
+template <typename T, typename Op, typename Cfg>
+constexpr auto held_serial = reduce_scale_held_kernel<T, Op, Cfg::kBlock, Cfg::kVecs>;
+template <typename T, typename Op, typename Cfg>
+constexpr auto held_split =
+    reduce_scale_held_split_kernel<T, Op, Cfg::kSumming, Cfg::kBlock - Cfg::kSumming, kHeldPart<Cfg>>;
+
+// Whether rows of `parts` parts go to the split kernel, `resident` of whose blocks fit.
+inline bool held_split_rows(int64_t parts, int64_t resident) {
+  return 100 * parts <= NORMSCAN_HELD_SPLIT_PERCENT * resident && parts <= 2 * resident;
+}
+
+// Launches the held kernel `kernel` of config Cfg over a's rows, `parts` parts a row.
+template <auto kernel, typename Cfg, typename T, typename Op, typename Alloc>
+inline cudaError_t launch_held_kernel(const ArgsFor<T, Op>& a, int64_t parts, cudaStream_t stream, Alloc&& alloc) {
+  using State = HeldState<RowStat<Op, acc_t<T>>>;
+  const int64_t rows = a.view.outer;
+  const HeldPlan p{parts, ceil_div(a.view.length / vec16<T>(), parts), rows * parts};
+  void* workspace = alloc(State::bytes(rows, parts));
+  if (workspace == nullptr) return cudaErrorMemoryAllocation;
+  const cudaError_t err = cudaMemsetAsync(workspace, 0, State::counter_bytes(rows), stream);
+  if (err != cudaSuccess) return err;
+  return launch_units<kernel>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, kHeldSmem<Cfg>, stream, a, p,
+                              State::in(workspace, rows));
+}
+
 // Aligned rows held across the GPU (held.cuh), where every part of a row can be resident at
 // once: *launched tells whether they were.
 template <typename T, typename Op, typename Alloc>
 inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
-  using Cfg = HeldFor<T, Op>;
-  constexpr int cap = Cfg::kBlock * Cfg::kVecs;  // vectors a part
-  constexpr auto serial = reduce_scale_held_kernel<T, Op, Cfg::kBlock, Cfg::kVecs>;
-  constexpr auto split = reduce_scale_held_split_kernel<T, Op, Cfg::kSumming, Cfg::kBlock - Cfg::kSumming, cap>;
-  constexpr size_t smem = 2 * size_t(cap) * 16;  // two buffers
-  using State = HeldState<RowStat<Op, acc_t<T>>>;
   *launched = false;
-  const int64_t rows = a.view.outer, parts = ceil_div(a.view.length / vec16<T>(), cap);
+  const int64_t rows = a.view.outer, nvec = a.view.length / vec16<T>();
+  cudaError_t err = cudaSuccess;
+  if constexpr (kHeldSmParts<T, Op>) {
+    using Cfg = HeldSmParts;
+    int64_t resident = 0;
+    err = resident_units<held_split<T, Op, Cfg>>(dim3(Cfg::kBlock), 1, kHeldSmem<Cfg>, &resident);
+    if (err != cudaSuccess) return err;
+    const int64_t parts = ceil_div(nvec, kHeldPart<Cfg>);
+    if (held_split_rows(parts, resident) && rows * parts >= NORMSCAN_HELD_SM_PARTS * resident) {
+      *launched = true;
+      return launch_held_kernel<held_split<T, Op, Cfg>, Cfg, T, Op>(a, parts, stream, alloc);
+    }
+  }
+  using Cfg = HeldFor<T, Op>;
+  const int64_t parts = ceil_div(nvec, kHeldPart<Cfg>);
   int64_t resident = 0, resident_split = 0;
-  cudaError_t err = resident_units<serial>(dim3(Cfg::kBlock), 1, smem, &resident);
-  if (err == cudaSuccess) err = resident_units<split>(dim3(Cfg::kBlock), 1, smem, &resident_split);
+  err = resident_units<held_serial<T, Op, Cfg>>(dim3(Cfg::kBlock), 1, kHeldSmem<Cfg>, &resident);
+  if (err == cudaSuccess) err = resident_units<held_split<T, Op, Cfg>>(dim3(Cfg::kBlock), 1, kHeldSmem<Cfg>, &resident_split);
   if (err != cudaSuccess || parts > 2 * resident) return err;
-  const bool split_rows = 100 * parts <= NORMSCAN_HELD_SPLIT_PERCENT * resident && parts <= 2 * resident_split;
-  const HeldPlan p{parts, ceil_div(a.view.length / vec16<T>(), parts), rows * parts};
-  void* workspace = alloc(State::bytes(rows, parts));
-  if (workspace == nullptr) return cudaErrorMemoryAllocation;
-  err = cudaMemsetAsync(workspace, 0, State::counter_bytes(rows), stream);
-  if (err != cudaSuccess) return err;
   *launched = true;
-  const State st = State::in(workspace, rows);
-  if (split_rows)
-    return launch_units<split>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, smem, stream, a, p, st);
-  return launch_units<serial>(Grid::Cooperative, dim3(Cfg::kBlock), 1, p.units, smem, stream, a, p, st);
+  if (held_split_rows(parts, resident) && parts <= 2 * resident_split)
+    return launch_held_kernel<held_split<T, Op, Cfg>, Cfg, T, Op>(a, parts, stream, alloc);
+  return launch_held_kernel<held_serial<T, Op, Cfg>, Cfg, T, Op>(a, parts, stream, alloc);
 }
 
 template <typename T, typename Op, typename Alloc>

@@ -185,6 +185,18 @@ using HeldLargeParts = HeldConfig<512, 6, 32 * NORMSCAN_HELD_SUMMING_WARPS>;
 using HeldSmallParts = HeldConfig<256, 8, 128>;
 template <typename T, typename Op>
 using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMaxShifted), HeldSmallParts, HeldLargeParts>;
+// fp32 norm rows whose parts give every resident block at least NORMSCAN_HELD_SM_PARTS of
+// them take parts twice as large on the split kernel, one block of 1024 threads a SM (96
+// KB parts; where the device gives a block 192 KB), where the rows fit its blocks. ms, H100,
+// 2026-11-26, large parts -> these (parts a block): KernelBench 35 5.820 -> 5.677 (584), 34
+// 5.189 -> 5.051 (597); layer_norm + w (4096, 131072) 1.665 -> 1.682 (186), rms_norm (256,
+// 262144) 0.187 -> 0.189 (21), group_norm (8, 1024, 64, 64) 32 groups 0.104 -> 0.108 (12);
+// 40 (171 parts a row, more than the 132 blocks: the serial kernel) 0.238 -> 0.256.
+#ifndef NORMSCAN_HELD_SM_PARTS
+#define NORMSCAN_HELD_SM_PARTS 256
+#endif
+using HeldSmParts = HeldConfig<1024, 6, 512>;
+template <typename T, typename Op> constexpr bool kHeldSmParts = std::is_same<T, float>::value && !Op::kMaxShifted;
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
