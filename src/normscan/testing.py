@@ -124,9 +124,11 @@ def _inf_nan(x):
 
 # ---------------------------------------------------------------- cases
 ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (3, 65539), (2, 300001)]
-# (300, 4097): read twice, one block a row; (5, 2**20) and (3, 2**22): held across the GPU,
+# (300, 4097): read twice, one block a row; (3, 3 * 2**16): a cluster of 6 blocks (16-bit: 3),
+# held across the GPU for the fp32 norms; (5, 2**20) and (3, 2**22): held across the GPU,
 # several rows at once, and rows of more parts than blocks (fp32).
-LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (5, 1 << 20), (3, 1 << 22)]
+LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (3, 3 << 16), (5, 1 << 20),
+                   (3, 1 << 22)]
 # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
 # along inner (every dtype), an odd inner the scalar kernels; a few columns along a long dim
 # take several rounds of a cluster's tiles (its last round partly empty; a scan's 8 columns
