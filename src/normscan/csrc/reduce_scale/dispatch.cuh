@@ -91,7 +91,7 @@ inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, All
   *launched = false;
   const int64_t rows = a.view.outer, nvec = a.view.length / vec16<T>();
   cudaError_t err = cudaSuccess;
-  if constexpr (kHeldSmParts<T, Op>) {
+  if constexpr (kFp32Norm<T, Op>) {  // parts of 1024 threads (HeldSmParts)
     using Cfg = HeldSmParts;
     int64_t resident = 0;
     err = resident_units<held_split<T, Op, Cfg>>(dim3(Cfg::kBlock), 1, kHeldSmem<Cfg>, &resident);

@@ -106,6 +106,8 @@ using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTE
 #define NORMSCAN_ROWS_MAX_CLUSTER 8
 #endif
 constexpr int kRowsMaxCluster = NORMSCAN_ROWS_MAX_CLUSTER;
+// The fp32 norms (not the max-shifted softmaxes): their long rows measure best held.
+template <typename T, typename Op> constexpr bool kFp32Norm = std::is_same<T, float>::value && !Op::kMaxShifted;
 // fp32 rows of the norms (not the softmaxes), but those whose weight the persistent cluster
 // keeps on chip, are held from beyond this many blocks on. H100, 2026-11-26, ms, clusters of
 // up to 8 -> held past 2 blocks: KernelBench 34 (rows of 262144) 5.438 -> 5.188;
@@ -118,7 +120,7 @@ constexpr int kRowsMaxCluster = NORMSCAN_ROWS_MAX_CLUSTER;
 #define NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER 2
 #endif
 template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, Op>& a) {
-  const bool held_sooner = sizeof(T) == 4 && !Op::kMaxShifted && !(kRowsWeightedPersistent<Op> && a.w != nullptr);
+  const bool held_sooner = kFp32Norm<T, Op> && !(kRowsWeightedPersistent<Op> && a.w != nullptr);
   return held_sooner ? NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER : kRowsMaxCluster;
 }
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
@@ -196,7 +198,6 @@ using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMax
 #define NORMSCAN_HELD_SM_PARTS 256
 #endif
 using HeldSmParts = HeldConfig<1024, 6, 512>;
-template <typename T, typename Op> constexpr bool kHeldSmParts = std::is_same<T, float>::value && !Op::kMaxShifted;
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
