@@ -16,8 +16,10 @@ pytestmark = pytest.mark.gpu
 
 # The reduce-scale ops with a fused backward: their functors say kFusedBackward = true.
 FUSED = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", (_build.CSRC / "reduce_scale" / "ops.cuh").read_text())
-NORMS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale" and s.functor in FUSED and not s.whole]
-assert FUSED == ["L2NormOp", "L1NormOp", "RmsNormOp"] and len(NORMS) == 3, (FUSED, NORMS)  # parameters, never empty
+ROW_OPS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale" and s.functor in FUSED and not s.whole]
+assert FUSED == ["L2NormOp", "L1NormOp", "RmsNormOp", "SoftmaxOp", "LogSoftmaxOp"] and len(ROW_OPS) == 5, (FUSED, ROW_OPS)
+# l2's and l1's one-element rows have a zero gradient that float64 autograd gives as noise (below)
+SIGN_OPS = [n for n in ROW_OPS if REGISTRY[n].functor in ("L2NormOp", "L1NormOp")]
 # Lengths at each configuration's edges (fp32: 128 vectors a warp, 512 four, 2048 a block,
 # 16384 a cluster of 8), odd ones (scalar kernels), and past what a cluster holds.
 LENGTHS = [1, 3, 130, 512, 513, 2048, 2051, 8192, 8196, 65536, 65540]
@@ -78,13 +80,13 @@ def _check(spec, draw, dtype, label):
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES)
-@pytest.mark.parametrize("name", NORMS)
-def test_fused_norm_gradients_within_twice_pytorchs_error(name, dtype):
+@pytest.mark.parametrize("name", ROW_OPS)
+def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
     """Short rows are drawn 8 times and their errors taken over all draws together: one draw
     of a 3-element weight gradient measures PyTorch's own error by luck (0.5u to 3u)."""
     spec = REGISTRY[name]
     v = 16 // torch.empty((), dtype=dtype).element_size()
-    for n in LENGTHS if spec.takes("eps") else LENGTHS[1:]:  # l2's and l1's one-element rows: the next test
+    for n in LENGTHS[1:] if name in SIGN_OPS else LENGTHS:  # l2's and l1's one-element rows: a test of their own
         rows = max(1, min(300, 2**21 // n))
         draws = []
         for _ in range(8 if n < 64 else 1):
@@ -115,7 +117,7 @@ def test_fused_gradients_of_many_rows_a_block(dtype):
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES)
-@pytest.mark.parametrize("name", [n for n in NORMS if not REGISTRY[n].takes("eps")])
+@pytest.mark.parametrize("name", SIGN_OPS)
 def test_one_element_rows_of_l2_and_l1_have_a_zero_gradient_to_rounding(name, dtype):
     """y = x / |x| is sign(x): its gradient is 0, where float64 autograd gives rounding noise
     (relative to it, any two roundings differ by 1e9). dx = c * g - c^3 * (g * x) * x, the
@@ -129,8 +131,8 @@ def test_one_element_rows_of_l2_and_l1_have_a_zero_gradient_to_rounding(name, dt
     assert bool((dx.double().abs() <= 16 * testing.UNIT_ROUNDOFF[dtype] * scale).all()), (dx.abs().max(), scale.max())
 
 
-@pytest.mark.parametrize("name", NORMS)
-def test_fused_norm_gradients_of_strided_rows_and_gradients(name):
+@pytest.mark.parametrize("name", ROW_OPS)
+def test_fused_gradients_of_strided_rows_and_gradients(name):
     """Rows apart by more than their length; a transposed tensor's contiguous dim 0; and
     gradients laid out otherwise: transposed, broadcast along rows, sliced."""
     spec = REGISTRY[name]
@@ -145,6 +147,25 @@ def test_fused_norm_gradients_of_strided_rows_and_gradients(name):
                   torch.randn(x.shape[1], device="cuda").expand(length, x.shape[1])):
             _check(spec, _draw(spec, _fused_into_poison(spec, x, g, dim, given), x, g, dim, given), x.dtype,
                    (x.stride(), g.stride()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
+    """-inf elements (softmax's dx is 0 there, log_softmax's is g), a row of -inf, rows with
+    +inf or NaN in x, a NaN in the gradient, and finite rows: PyTorch's NaNs, and its float64
+    gradient elsewhere, within twice its own error."""
+    spec = REGISTRY[name]
+    x = torch.randn(6, 40, device="cuda", dtype=dtype) * 4
+    g = torch.randn_like(x)
+    x[0, 3] = x[0, 17] = float("-inf")
+    x[1] = float("-inf")
+    x[2, 5] = float("inf")
+    x[3, 9] = float("nan")
+    g[4, 11] = float("nan")
+    draw = _draw(spec, _fused_into_poison(spec, x, g, 1, {}), x, g, 1, {})
+    assert draw[2][0][[1, 2, 3, 4]].isnan().all() and not draw[2][0][[0, 5]].isnan().any()  # the cases are live
+    _check(spec, draw, dtype, "special values")
 
 
 def test_strided_norms_and_cumprod_take_the_composite():
@@ -298,7 +319,8 @@ def test_eager_backward_uses_the_fused_kernels(monkeypatch):
     x = torch.randn(64, 1024, device="cuda", requires_grad=True)
     w = torch.rand(1024, device="cuda", requires_grad=True)
     (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum() +
-     normscan.cumprod(x, 1).sum()).backward()
+     normscan.cumprod(x, 1).sum() + (normscan.softmax(x, -1) * x).sum() + normscan.log_softmax(x, -1).square().sum()
+     ).backward()
     assert x.grad is not None and w.grad is not None
 
 

@@ -2,11 +2,12 @@
 PyTorch's own gradient of the reference expression.
 
 Fused:
-- ``reduce_scale`` (l2_normalize, l1_normalize, rms_norm and its weight), over rows (the
-  reduced dim contiguous) that a block or a thread-block cluster holds on chip: x and the
-  gradient read once, dx written once; the weight's gradient from per-row-group partial
-  sums, added in a fixed order in fp64 by a kernel of its own (the same input gives the same
-  bits).
+- ``reduce_scale`` (l2_normalize, l1_normalize, rms_norm and its weight, softmax,
+  log_softmax), over rows (the reduced dim contiguous) that a block or a thread-block
+  cluster holds on chip: x and the gradient read once, dx written once (the softmaxes
+  recompute y from x: the row's maximum, then its sums); the weight's gradient from
+  per-row-group partial sums, added in a fixed order in fp64 by a kernel of its own (the
+  same input gives the same bits).
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
   (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass. cumprod's, over rows
   (the scanned dim contiguous) of up to 4M fp32 elements, is a kernel of its own
@@ -15,8 +16,9 @@ Fused:
   elements) held by a block and read once, longer ones in chunks with x read twice (the
   second read newest chunk first, partly from L2).
 
-Elsewhere (softmax, log_softmax, layer_norm, masked_cumsum, cumprod over strided dims, strided
-norms, rows longer than a cluster holds, and a backward that must itself be differentiable):
+Elsewhere (layer_norm, the channel norms, masked_cumsum, cumprod over strided dims, strided
+norms and softmaxes, rows longer than a cluster holds, and a backward that must itself be
+differentiable):
 PyTorch's autograd of the reference at the saved inputs (16-bit in float32), which keeps
 PyTorch's special cases.
 

@@ -1,6 +1,8 @@
-// Backward of y = x * c(S) [* w], S = sum(map(x)) over rows (inner == 1), held on chip:
-//   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)   (ops.cuh)
+// The fused backward of a reduce-scale op (ops.cuh: the op's Gradient) over rows (inner ==
+// 1) held on chip; for the norms, y = x * c(S) [* w], S = sum(map(x)):
+//   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)
 //   dw = sum over rows of g * x * c
+// and the softmaxes from their maximum-shifted x (the row's maximum first, then the sums).
 // x and g are read once, dx written once. The grid is persistent: each block (cluster)
 // visits a fixed set of rows. Rows of 16-byte vectors are staged: each thread copies its
 // own vectors of the rows STAGES - 1 visits ahead into shared memory (cp.async; a thread
@@ -60,16 +62,20 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   static_assert(!Cfg::kCluster || (TPR == BLOCK && WARPS_PER_ROW > 1), "ClusterRounds needs a block barrier a round");
   using A = acc_t<T>;
   using VT = Vec<T, V>;
-  using Sums = SumPair<A>;  // S and D
+  using Gradient = typename Op::Gradient;
+  using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
   __shared__ Sums warp_part[2][BLOCK / 32];  // [parity]: one barrier a row
+  __shared__ A warp_max[2][BLOCK / 32];      // the same for a max-shifted op's maximum
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const WarpPlace me = WarpPlace::of_thread();
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
   __shared__ ClusterRounds<Sums> cluster_sums;
+  __shared__ ClusterRounds<A> cluster_max;
   if (csize > 1) {
     cluster_sums.init(csize);
+    if constexpr (Op::kMaxShifted) cluster_max.init(csize);
     cg::this_cluster().sync();
   }
 #endif
@@ -150,23 +156,38 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
           gv[k] = load_vec<T, V>(a.g + r * a.g_so + col(k));
         }
     }
+    A shift = A(0);
+    if constexpr (Op::kMaxShifted) {
+      A m = MaxOp::identity<A>();
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (active && has(k)) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) m = MaxOp::apply(m, Convert<T>::to_acc(xv[k].v[i]));
+        }
+      m = block_group_reduce<MaxOp, WARPS_PER_ROW>(m, warp_max[visit & 1], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) m = cluster_max.template reduce<MaxOp>(m, csize, crank, visit);
+#endif
+      shift = m;
+    }
     Sums sd{A(0), A(0)};
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const A xa = Convert<T>::to_acc(xv[k].v[i]);
-          sd.a += Op::map(xa);
-          sd.b += weighted(Convert<T>::to_acc(gv[k].v[i]), k, i) * xa;
+          const Sums t = Gradient::terms(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift),
+                                         weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
+          sd.a += t.a;
+          sd.b += t.b;
         }
       }
     sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(sd, warp_part[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
     if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
 #endif
-    const A c = Op::scale(sd.a, n, a.eps);
-    const A coef = Op::grad_coef(c, n) * sd.b;
+    const Sums coefs = Gradient::coefs(sd, n, a.eps);
     T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
 #pragma unroll
     for (int k = 0; k < NV; ++k)
@@ -174,9 +195,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const A xa = Convert<T>::to_acc(xv[k].v[i]), ga = Convert<T>::to_acc(gv[k].v[i]);
-          out[i] = c * weighted(ga, k, i) + coef * Op::dmap(xa);
-          if constexpr (WEIGHTED) dw[k][i] += ga * xa * c;
+          const A u = shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift), ga = Convert<T>::to_acc(gv[k].v[i]);
+          out[i] = Gradient::grad(u, weighted(ga, k, i), coefs);
+          if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(u, ga, coefs);
         }
         if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));

@@ -43,15 +43,34 @@ template <typename T> struct GroupedArgs : ReduceScaleArgs<T> {
 // kMaxShifted: the row's maximum m is found first and map and apply see x - m (softmax:
 // exp(x - m) cannot overflow); kCentered: likewise the row's mean (layer_norm: map sums
 // squared deviations); kGrouped: a weight and bias per channel, statistics shared across
-// rows, written out (Grouping); kFusedBackward: backward.cuh serves the op. For the backward
-// (backward.cuh), with c = scale(S) and S = sum(map(x)): dx = c * g * w + grad_coef(c, n) *
-// D * dmap(x), where D = sum(g * w * x) and grad_coef(c, n) * dmap(x) = dc/dS * map'(x).
+// rows, written out (Grouping); kFusedBackward: backward.cuh serves the op, by its Gradient
+// (below).
 struct ReduceScaleTraits {
   static constexpr bool kWeighted = false, kBiased = false, kMaxShifted = false, kCentered = false,
                         kGrouped = false, kFusedBackward = false;
 };
+
+// An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
+// shift (its maximum, for kMaxShifted ops; x itself otherwise) and gw = g * w, the row's two
+// sums of terms(u, gw), its two coefficients coefs(sums, n, eps), then each element's dx =
+// grad(u, gw, coefs); a weighted op's dw sums weight_grad(u, g, coefs) over the rows.
+//
+// The norms, y = x * c(S) [* w] with S = sum(map(x)): dx = c * g * w + dc/dS * map'(x) * D,
+// D = sum(g * w * x); each norm gives dc/dS * map'(x) as grad_coef(c, n) * dmap(x).
+template <typename Op> struct ScaledGradient {
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) { return {Op::map(x), gw * x}; }
+  template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t n, double eps) {
+    const A c = Op::scale(s.a, n, eps);
+    return {c, Op::grad_coef(c, n) * s.b};
+  }
+  template <typename A> static __device__ __forceinline__ A grad(A x, A gw, SumPair<A> k) {
+    return k.a * gw + k.b * Op::dmap(x);
+  }
+  template <typename A> static __device__ __forceinline__ A weight_grad(A x, A g, SumPair<A> k) { return g * x * k.a; }
+};
 struct L2NormOp : ReduceScaleTraits {
   static constexpr bool kFusedBackward = true;
+  using Gradient = ScaledGradient<L2NormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
@@ -62,6 +81,7 @@ struct L2NormOp : ReduceScaleTraits {
 };
 struct L1NormOp : ReduceScaleTraits {
   static constexpr bool kFusedBackward = true;
+  using Gradient = ScaledGradient<L1NormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return fabs(v); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
@@ -73,6 +93,7 @@ struct L1NormOp : ReduceScaleTraits {
 };
 struct RmsNormOp : ReduceScaleTraits {
   static constexpr bool kWeighted = true, kFusedBackward = true;
+  using Gradient = ScaledGradient<RmsNormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
@@ -94,14 +115,43 @@ template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
 // softmax: exp(x - m) / sum(exp(x - m)); log_softmax: (x - m) - log(sum(exp(x - m))). A row
 // of -inf, or with +inf or NaN, gives NaN, as PyTorch's does. Their map must be exp: the
 // kernels rescale partial sums to a larger maximum (MaxSumOp, device/reduce.cuh).
+//
+// Their gradients, with e = exp(u), S = sum(e): softmax's dx = y * (g - sum(g * y)) =
+// e / S * (g - T / S), T = sum(g * e); log_softmax's dx = g - exp(y) * sum(g) = g - e / S * G,
+// G = sum(g). A row PyTorch's forward makes NaN gets NaN; an element of -inf gets 0 (softmax)
+// or its g (log_softmax), as from PyTorch's y.
+struct SoftmaxGradient {
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
+    const A e = exp_shifted(u);
+    return {e, g * e};
+  }
+  template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
+    const A inv = A(1) / s.a;
+    return {inv, s.b * inv};
+  }
+  template <typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
+    return exp_shifted(u) * k.a * (g - k.b);
+  }
+};
+struct LogSoftmaxGradient {
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) { return {exp_shifted(u), g}; }
+  template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
+    return {A(1) / s.a, s.b};
+  }
+  template <typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
+    return g - exp_shifted(u) * k.a * k.b;
+  }
+};
 struct SoftmaxOp : ReduceScaleTraits {
-  static constexpr bool kMaxShifted = true;
+  static constexpr bool kMaxShifted = true, kFusedBackward = true;
+  using Gradient = SoftmaxGradient;
   template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return A(1) / s; }
   template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return exp_shifted(u) * scale; }
 };
 struct LogSoftmaxOp : ReduceScaleTraits {
-  static constexpr bool kMaxShifted = true;
+  static constexpr bool kMaxShifted = true, kFusedBackward = true;
+  using Gradient = LogSoftmaxGradient;
   template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
   template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return log(s); }
   template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return u - scale; }
