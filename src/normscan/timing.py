@@ -203,6 +203,14 @@ def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     return r.error, r.bound, r.passed
 
 
+def _peer_failed(peer_errors: dict[str, str], name: str, r: int, err: Exception) -> None:
+    """A peer's limit (a row too long for it), met in the warm-up round, is its note, not our
+    failure; anything else is raised."""
+    if r > 0 or name in ("normscan", "eager", "compile"):
+        raise err
+    peer_errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
 def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat: int, rounds: int,
                 device: str = "cuda", progress: Callable = iter) -> list[Row]:
     """Ours (``ours(entry)`` gives fn(x, weight)) and each baseline timed in `rounds` rounds,
@@ -233,22 +241,25 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
         for r in range(rounds + 1):
             xs = inputs(entry, device)
             w = weight(entry, device)
-            timed = fns
+            timed = dict(fns)
             if entry.mode != "forward":
                 xs = [x.requires_grad_() for x in xs]
                 w = w.requires_grad_() if w is not None else None
                 grad = torch.randn(entry.shape, device=device, dtype=entry.dtype)
-                timed = {name: training(fn, entry.mode, xs, w, grad) for name, fn in fns.items()}
+                for name in names:  # the backward alone's graphs are made here, each forward run
+                    if name not in peer_errors:
+                        try:
+                            timed[name] = training(fns[name], entry.mode, xs, w, grad)
+                        except Exception as err:
+                            _peer_failed(peer_errors, name, r, err)
             first = r % len(names)
             for name in names[first:] + names[:first]:
                 if name in peer_errors:
                     continue
                 try:
                     t = time_ms(timed[name], xs, w, repeat)
-                except Exception as err:  # a peer's limit (a row too long for it) is its note, not our failure
-                    if r > 0 or name in ("normscan", "eager", "compile"):
-                        raise
-                    peer_errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                except Exception as err:
+                    _peer_failed(peer_errors, name, r, err)
                     continue
                 if r == 0:
                     warmup[name] = t
