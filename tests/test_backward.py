@@ -152,13 +152,14 @@ def test_fused_gradients_of_strided_rows_and_gradients(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
-    """-inf elements (softmax's dx is 0 there, log_softmax's is g), a row of -inf, rows with
-    +inf or NaN in x, a NaN in the gradient, and finite rows: PyTorch's NaNs, and its float64
-    gradient elsewhere, within twice its own error."""
+    """-inf elements (softmax's dx is 0 there, log_softmax's is g), every value of a thread
+    among them, a row of -inf, rows with +inf or NaN in x, a NaN in the gradient, and finite
+    rows: PyTorch's NaNs, and its float64 gradient elsewhere, within twice its own error."""
     spec = REGISTRY[name]
     x = torch.randn(6, 40, device="cuda", dtype=dtype) * 4
     g = torch.randn_like(x)
     x[0, 3] = x[0, 17] = float("-inf")
+    x[0, 8:12] = float("-inf")  # every value of a thread (of two in float64): its own maximum is -inf
     x[1] = float("-inf")
     x[2, 5] = float("inf")
     x[3, 9] = float("nan")
