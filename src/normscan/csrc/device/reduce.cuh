@@ -55,26 +55,6 @@ struct MaxSumOp {
   }
 };
 
-// A softmax backward's row statistics: the maximum m of x and two sums over the row, a of
-// exp(x - m) terms, b of terms that also scale with exp(x - m) (RESCALED_B) or not (a plain
-// sum of g), combined across threads in one reduction.
-template <typename A> struct MaxSumPair {
-  A max, a, b;
-};
-template <bool RESCALED_B> struct MaxSumPairOp {
-  static constexpr bool kCostly = true;  // two exps
-  template <typename P> static __device__ __forceinline__ P identity() {
-    return P{MaxOp::identity<decltype(P::max)>(), 0, 0};
-  }
-  template <typename A> static __device__ __forceinline__ MaxSumPair<A> apply(MaxSumPair<A> x, MaxSumPair<A> y) {
-    const A m = MaxOp::apply(x.max, y.max);
-    // as MaxSumOp's: no terms while a maximum is -inf; a NaN or +inf maximum gives NaN sums
-    const auto to_m = [m](A max) { return max == MaxOp::identity<A>() ? A(0) : exp(max - m); };
-    const A fx = to_m(x.max), fy = to_m(y.max);
-    return MaxSumPair<A>{m, x.a * fx + y.a * fy, RESCALED_B ? x.b * fx + y.b * fy : x.b + y.b};
-  }
-};
-
 // a / b for counts and sums: fp32 by the fast division (2 ulp; the IEEE one's slow path
 // made layer_norm's kernels spill).
 template <typename A> __device__ __forceinline__ A ratio(A a, A b) {
@@ -111,9 +91,6 @@ template <typename A> __device__ __forceinline__ MaxSum<A> shfl_xor(MaxSum<A> v,
 
 template <typename A> __device__ __forceinline__ SumPair<A> shfl_xor(SumPair<A> v, int o) {
   return SumPair<A>{shfl_xor(v.a, o), shfl_xor(v.b, o)};
-}
-template <typename A> __device__ __forceinline__ MaxSumPair<A> shfl_xor(MaxSumPair<A> v, int o) {
-  return MaxSumPair<A>{shfl_xor(v.max, o), shfl_xor(v.a, o), shfl_xor(v.b, o)};
 }
 template <typename A> __device__ __forceinline__ MeanM2<A> shfl_xor(MeanM2<A> v, int o) {
   return MeanM2<A>{shfl_xor(v.n, o), shfl_xor(v.mean, o), shfl_xor(v.m2, o)};

@@ -2,8 +2,7 @@
 // 1) held on chip; for the norms, y = x * c(S) [* w], S = sum(map(x)):
 //   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)
 //   dw = sum over rows of g * x * c
-// and the softmaxes from x shifted by the row's maximum, found with their two sums in one
-// reduction (each thread's sums at its own maximum, rescaled as they combine: MaxSumPairOp).
+// and the softmaxes from their maximum-shifted x (the row's maximum first, then the sums).
 // x and g are read once, dx written once. The grid is persistent: each block (cluster)
 // visits a fixed set of rows. Rows of 16-byte vectors are staged: each thread copies its
 // own vectors of the rows STAGES - 1 visits ahead into shared memory (cp.async; a thread
@@ -65,17 +64,18 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   using VT = Vec<T, V>;
   using Gradient = typename Op::Gradient;
   using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
-  using Stats = typename Gradient::template Stats<A>;  // the sums, with their maximum for a max-shifted op
-  using StatsOp = typename Gradient::StatsOp;
-  __shared__ Stats warp_part[2][BLOCK / 32];  // [parity]: one barrier a row
+  __shared__ Sums warp_part[2][BLOCK / 32];  // [parity]: one barrier a row
+  __shared__ A warp_max[2][BLOCK / 32];      // the same for a max-shifted op's maximum
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const WarpPlace me = WarpPlace::of_thread();
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
-  __shared__ ClusterRounds<Stats> cluster_stats;
+  __shared__ ClusterRounds<Sums> cluster_sums;
+  __shared__ ClusterRounds<A> cluster_max;
   if (csize > 1) {
-    cluster_stats.init(csize);
+    cluster_sums.init(csize);
+    if constexpr (Op::kMaxShifted) cluster_max.init(csize);
     cg::this_cluster().sync();
   }
 #endif
@@ -156,43 +156,37 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
           gv[k] = load_vec<T, V>(a.g + r * a.g_so + col(k));
         }
     }
-    A shift = A(0);  // this thread's maximum, then the row's
+    A shift = A(0);
     if constexpr (Op::kMaxShifted) {
-      shift = MaxOp::identity<A>();
+      A m = MaxOp::identity<A>();
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
 #pragma unroll
-          for (int i = 0; i < V; ++i) shift = MaxOp::apply(shift, Convert<T>::to_acc(xv[k].v[i]));
+          for (int i = 0; i < V; ++i) m = MaxOp::apply(m, Convert<T>::to_acc(xv[k].v[i]));
         }
+      m = block_group_reduce<MaxOp, WARPS_PER_ROW>(m, warp_max[visit & 1], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) m = cluster_max.template reduce<MaxOp>(m, csize, crank, visit);
+#endif
+      shift = m;
     }
-    // A thread whose values are all -inf sums exp(-inf) = 0 terms, not exp(-inf + inf) = NaN.
-    const A local_shift = Op::kMaxShifted && shift == MaxOp::identity<A>() ? A(0) : shift;
     Sums sd{A(0), A(0)};
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const Sums t = Gradient::terms(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), local_shift),
+          const Sums t = Gradient::terms(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift),
                                          weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
           sd.a += t.a;
           sd.b += t.b;
         }
       }
-    Stats st;
-    if constexpr (Op::kMaxShifted) st = Stats{shift, sd.a, sd.b};
-    else st = sd;
-    st = block_group_reduce<StatsOp, WARPS_PER_ROW>(st, warp_part[visit & 1], group * WARPS_PER_ROW, me);
+    sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(sd, warp_part[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-    if (csize > 1) st = cluster_stats.template reduce<StatsOp>(st, csize, crank, visit);
+    if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
 #endif
-    if constexpr (Op::kMaxShifted) {
-      shift = st.max;
-      sd = Sums{st.a, st.b};
-    } else {
-      sd = st;
-    }
     const Sums coefs = Gradient::coefs(sd, n, a.eps);
     T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
 #pragma unroll

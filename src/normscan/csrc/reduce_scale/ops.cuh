@@ -53,14 +53,11 @@ struct ReduceScaleTraits {
 // An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
 // shift (its maximum, for kMaxShifted ops; x itself otherwise) and gw = g * w, the row's two
 // sums of terms(u, gw), its two coefficients coefs(sums, n, eps), then each element's dx =
-// grad(u, gw, coefs); a weighted op's dw sums weight_grad(u, g, coefs) over the rows. Stats,
-// combined by StatsOp, is what the row's threads combine: the sums (with the maximum).
+// grad(u, gw, coefs); a weighted op's dw sums weight_grad(u, g, coefs) over the rows.
 //
 // The norms, y = x * c(S) [* w] with S = sum(map(x)): dx = c * g * w + dc/dS * map'(x) * D,
 // D = sum(g * w * x); each norm gives dc/dS * map'(x) as grad_coef(c, n) * dmap(x).
 template <typename Op> struct ScaledGradient {
-  template <typename A> using Stats = SumPair<A>;
-  using StatsOp = SumPairOp;
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) { return {Op::map(x), gw * x}; }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t n, double eps) {
     const A c = Op::scale(s.a, n, eps);
@@ -124,9 +121,6 @@ template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
 // G = sum(g). A row PyTorch's forward makes NaN gets NaN; an element of -inf gets 0 (softmax)
 // or its g (log_softmax), as from PyTorch's y.
 struct SoftmaxGradient {
-  // the maximum with S and T, whose terms scale with e too
-  template <typename A> using Stats = MaxSumPair<A>;
-  using StatsOp = MaxSumPairOp<true>;
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
     const A e = exp_shifted(u);
     return {e, g * e};
@@ -140,9 +134,6 @@ struct SoftmaxGradient {
   }
 };
 struct LogSoftmaxGradient {
-  // the maximum with S and G, a plain sum
-  template <typename A> using Stats = MaxSumPair<A>;
-  using StatsOp = MaxSumPairOp<false>;
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) { return {exp_shifted(u), g}; }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     return {A(1) / s.a, s.b};
