@@ -3,8 +3,8 @@
 //   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)
 //   dw = sum over rows of g * x * c
 // and the softmaxes from their maximum-shifted x (the row's maximum first, then the sums).
-// x and g are read once, dx written once. The grid is persistent: each block (cluster)
-// visits a fixed set of rows. Rows of 16-byte vectors are staged: each thread copies its
+// x and g are read once, dx written once. Where a weight's gradient is summed the grid is
+// persistent: each block (cluster) visits a fixed set of rows. Rows of 16-byte vectors are staged: each thread copies its
 // own vectors of the rows STAGES - 1 visits ahead into shared memory (cp.async; a thread
 // reads only what it copied, so no barrier), and the next rows' loads are in flight while
 // this one is reduced and stored. The weight and each thread's dw of its columns stay in
@@ -35,10 +35,13 @@ template <typename T> struct ReduceScaleBackwardArgs {
   double eps;
 };
 
-template <int BLOCK, int TPR, int NV, int MINB, int STAGES, bool CLUSTER = false> struct BackwardRowsConfig {
+// PERSISTENT: a grid of the resident blocks (clusters), each visiting a fixed set of row
+// groups (a weight's gradient is summed per block: dw_part); else a block (cluster) a row group.
+template <int BLOCK, int TPR, int NV, int MINB, int STAGES, bool CLUSTER = false, bool PERSISTENT = true>
+struct BackwardRowsConfig {
   static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kVecs = NV, kMinBlocks = MINB, kStages = STAGES;
   static constexpr int kGroups = BLOCK / TPR;  // rows a block holds at once
-  static constexpr bool kCluster = CLUSTER;
+  static constexpr bool kCluster = CLUSTER, kPersistent = PERSISTENT;
   static constexpr int64_t kVecsPerBlock = int64_t(TPR) * NV;  // of one row
   // Staged: rows of 16-byte vectors (others load straight into registers).
   template <typename T, int V> static __host__ __device__ constexpr bool staged() { return STAGES > 1 && sizeof(T) * V == 16; }

@@ -2,6 +2,8 @@
 // Host only; built into the family's backward extension (backward_binding.cu).
 #pragma once
 
+#include <type_traits>
+
 #include "../device/launch.cuh"
 #include "backward.cuh"
 
@@ -19,20 +21,35 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_THREADS_SM  // resident threads a SM asked (the registers a thread has)
 #define NORMSCAN_BACKWARD_THREADS_SM 512
 #endif
+#ifndef NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM  // the same for the kernels of ops without a weight
+#define NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM 1024
+#endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
-// (kMaxPortableCluster) a row, whichever is the first to hold it.
+// (kMaxPortableCluster) a row, whichever is the first to hold it. A weighted op's: a
+// persistent grid (its dw summed per block), the next rows staged. An unweighted op's: a
+// block (cluster) a row group, loaded straight into registers, twice the resident threads
+// (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms, softmax 8192x32768
+// 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the max-shifted ops' rows of
+// a block, which measured slower so (fp32 softmax 32768x4096 0.540 -> 0.555: NOTES.md).
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
                                         CLUSTER>;
-using BackwardRowsOneWarp = BackwardRows<256, 32>;
-using BackwardRowsFourWarps = BackwardRows<256, 128>;
-using BackwardRowsBlock = BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK>;
-using BackwardRowsCluster = BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
+template <int BLOCK, int TPR, bool CLUSTER = false>
+using BackwardRowsPerGroup =
+    BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
+                       1, CLUSTER, false>;
+template <template <int, int, bool> class Rows> struct BackwardRowsSet {
+  using OneWarp = Rows<256, 32, false>;
+  using FourWarps = Rows<256, 128, false>;
+  using Block = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
+  using Cluster = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
+};
 
-// One backward kernel with its cluster size, launched on a persistent grid: each row group
-// of it (a slot of dw_part) visits a fixed set of rows, whatever the timing.
+// One backward kernel with its cluster size, launched on a persistent grid (each row group
+// of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block
+// (cluster) a row group.
 template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct BackwardRowsPlan {
   static constexpr auto kernel = reduce_scale_backward_rows_kernel<T, Op, Cfg, V, WEIGHTED>;
   static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED>();
@@ -47,7 +64,8 @@ template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct Ba
     return err;
   }
   cudaError_t launch(const ReduceScaleBackwardArgs<T>& a, cudaStream_t stream) const {
-    return launch_units<kernel>(Grid::Persistent, dim3(Cfg::kBlock), cluster, units(a.view), kSmem, stream, a);
+    return launch_units<kernel>(Cfg::kPersistent ? Grid::Persistent : Grid::PerUnit, dim3(Cfg::kBlock), cluster,
+                                units(a.view), kSmem, stream, a);
   }
 };
 
@@ -65,13 +83,16 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t le
 // compute capability `major`; false where none does.
 template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
-  if (nvec <= BackwardRowsOneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsOneWarp, V, WEIGHTED>{1}), true;
-  if (nvec <= BackwardRowsFourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsFourWarps, V, WEIGHTED>{1}), true;
-  if (nvec <= BackwardRowsBlock::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, BackwardRowsBlock, V, WEIGHTED>{1}), true;
+  using Persistent = BackwardRowsSet<BackwardRows>;
+  using Set = std::conditional_t<WEIGHTED, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>;
+  using Block = std::conditional_t<Op::kMaxShifted, typename Persistent::Block, typename Set::Block>;
+  if (nvec <= Set::OneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::OneWarp, V, WEIGHTED>{1}), true;
+  if (nvec <= Set::FourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::FourWarps, V, WEIGHTED>{1}), true;
+  if (nvec <= Block::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, Block, V, WEIGHTED>{1}), true;
   const int64_t max_cluster = major >= 9 ? kMaxPortableCluster : 1;
-  if (nvec > BackwardRowsCluster::kVecsPerBlock * max_cluster) return false;
-  const int cluster = static_cast<int>(ceil_div(nvec, BackwardRowsCluster::kVecsPerBlock));
-  return f(BackwardRowsPlan<T, Op, BackwardRowsCluster, V, WEIGHTED>{cluster}), true;
+  if (nvec > Set::Cluster::kVecsPerBlock * max_cluster) return false;
+  const int cluster = static_cast<int>(ceil_div(nvec, Set::Cluster::kVecsPerBlock));
+  return f(BackwardRowsPlan<T, Op, typename Set::Cluster, V, WEIGHTED>{cluster}), true;
 }
 
 // Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
