@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       if (active && has(k)) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const Sums t = Gradient::terms(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift),
+          const Sums t = Gradient::template terms<T>(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift),
                                          weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
           sd.a += t.a;
           sd.b += t.b;
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const A u = shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift), ga = Convert<T>::to_acc(gv[k].v[i]);
-          out[i] = Gradient::grad(u, weighted(ga, k, i), coefs);
+          out[i] = Gradient::template grad<T>(u, weighted(ga, k, i), coefs);
           if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(u, ga, coefs);
         }
         if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);

@@ -53,17 +53,19 @@ struct ReduceScaleTraits {
 // An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
 // shift (its maximum, for kMaxShifted ops; x itself otherwise) and gw = g * w, the row's two
 // sums of terms(u, gw), its two coefficients coefs(sums, n, eps), then each element's dx =
-// grad(u, gw, coefs); a weighted op's dw sums weight_grad(u, g, coefs) over the rows.
+// grad(u, gw, coefs) (T: the row's dtype); a weighted op's dw sums weight_grad(u, g, coefs) over the rows.
 //
 // The norms, y = x * c(S) [* w] with S = sum(map(x)): dx = c * g * w + dc/dS * map'(x) * D,
 // D = sum(g * w * x); each norm gives dc/dS * map'(x) as grad_coef(c, n) * dmap(x).
 template <typename Op> struct ScaledGradient {
-  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) { return {Op::map(x), gw * x}; }
+  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) {
+    return {Op::map(x), gw * x};
+  }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t n, double eps) {
     const A c = Op::scale(s.a, n, eps);
     return {c, Op::grad_coef(c, n) * s.b};
   }
-  template <typename A> static __device__ __forceinline__ A grad(A x, A gw, SumPair<A> k) {
+  template <typename T, typename A> static __device__ __forceinline__ A grad(A x, A gw, SumPair<A> k) {
     return k.a * gw + k.b * Op::dmap(x);
   }
   template <typename A> static __device__ __forceinline__ A weight_grad(A x, A g, SumPair<A> k) { return g * x * k.a; }
@@ -116,30 +118,40 @@ template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
 // of -inf, or with +inf or NaN, gives NaN, as PyTorch's does. Their map must be exp: the
 // kernels rescale partial sums to a larger maximum (MaxSumOp, device/reduce.cuh).
 //
+// exp of x <= 0 in the gradient of a T row: expf for fp32 (the gradient is held to twice
+// PyTorch's error, and PyTorch's has y itself; __expf's 1.2 |x| ulp showed on rows of
+// logits spread by 4: 13 ulp against 1), the fast one where T's rounding hides it.
+template <typename T, typename A> __device__ __forceinline__ A exp_of(A x) {
+  if constexpr (sizeof(T) == 2) return exp_shifted(x);
+  else return exp(x);
+}
+
 // Their gradients, with e = exp(u), S = sum(e): softmax's dx = y * (g - sum(g * y)) =
 // e / S * (g - T / S), T = sum(g * e); log_softmax's dx = g - exp(y) * sum(g) = g - e / S * G,
 // G = sum(g). A row PyTorch's forward makes NaN gets NaN; an element of -inf gets 0 (softmax)
 // or its g (log_softmax), as from PyTorch's y.
 struct SoftmaxGradient {
-  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
-    const A e = exp_shifted(u);
+  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
+    const A e = exp_of<T>(u);
     return {e, g * e};
   }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     const A inv = A(1) / s.a;
     return {inv, s.b * inv};
   }
-  template <typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
-    return exp_shifted(u) * k.a * (g - k.b);
+  template <typename T, typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
+    return exp_of<T>(u) * k.a * (g - k.b);
   }
 };
 struct LogSoftmaxGradient {
-  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) { return {exp_shifted(u), g}; }
+  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
+    return {exp_of<T>(u), g};
+  }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     return {A(1) / s.a, s.b};
   }
-  template <typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
-    return g - exp_shifted(u) * k.a * k.b;
+  template <typename T, typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
+    return g - exp_of<T>(u) * k.a * k.b;
   }
 };
 struct SoftmaxOp : ReduceScaleTraits {
