@@ -66,6 +66,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   using Gradient = typename Op::Gradient;
+  // Each element's value (the softmaxes' exp) replaces x in its registers where T holds it
+  // exactly: computed once, not again for dx.
+  constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A);
   using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
   __shared__ Sums warp_part[2][BLOCK / 32];  // [parity]: one barrier a row
   __shared__ A warp_max[2][BLOCK / 32];      // the same for a max-shifted op's maximum
@@ -180,8 +183,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       if (active && has(k)) {
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const Sums t = Gradient::template terms<T>(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift),
-                                         weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
+          const A v = Gradient::template value<T>(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift));
+          if constexpr (KEEPS_VALUES) xv[k].v[i] = v;
+          const Sums t = Gradient::terms(v, weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
           sd.a += t.a;
           sd.b += t.b;
         }
@@ -198,9 +202,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const A u = shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift), ga = Convert<T>::to_acc(gv[k].v[i]);
-          out[i] = Gradient::template grad<T>(u, weighted(ga, k, i), coefs);
-          if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(u, ga, coefs);
+          const A xa = Convert<T>::to_acc(xv[k].v[i]), ga = Convert<T>::to_acc(gv[k].v[i]);
+          const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
+          out[i] = Gradient::grad(v, weighted(ga, k, i), coefs);
+          if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);
         }
         if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));

@@ -51,21 +51,21 @@ struct ReduceScaleTraits {
 };
 
 // An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
-// shift (its maximum, for kMaxShifted ops; x itself otherwise) and gw = g * w, the row's two
-// sums of terms(u, gw), its two coefficients coefs(sums, n, eps), then each element's dx =
-// grad(u, gw, coefs) (T: the row's dtype); a weighted op's dw sums weight_grad(u, g, coefs) over the rows.
+// shift (its maximum, for kMaxShifted ops; x itself otherwise), v = value<T>(u) (T: the
+// row's dtype) and gw = g * w, the row's two sums of terms(v, gw), its two coefficients
+// coefs(sums, n, eps), then each element's dx = grad(v, gw, coefs); a weighted op's dw sums
+// weight_grad(v, g, coefs) over the rows.
 //
 // The norms, y = x * c(S) [* w] with S = sum(map(x)): dx = c * g * w + dc/dS * map'(x) * D,
 // D = sum(g * w * x); each norm gives dc/dS * map'(x) as grad_coef(c, n) * dmap(x).
 template <typename Op> struct ScaledGradient {
-  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) {
-    return {Op::map(x), gw * x};
-  }
+  template <typename T, typename A> static __device__ __forceinline__ A value(A x) { return x; }
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) { return {Op::map(x), gw * x}; }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t n, double eps) {
     const A c = Op::scale(s.a, n, eps);
     return {c, Op::grad_coef(c, n) * s.b};
   }
-  template <typename T, typename A> static __device__ __forceinline__ A grad(A x, A gw, SumPair<A> k) {
+  template <typename A> static __device__ __forceinline__ A grad(A x, A gw, SumPair<A> k) {
     return k.a * gw + k.b * Op::dmap(x);
   }
   template <typename A> static __device__ __forceinline__ A weight_grad(A x, A g, SumPair<A> k) { return g * x * k.a; }
@@ -131,28 +131,21 @@ template <typename T, typename A> __device__ __forceinline__ A exp_of(A x) {
 // G = sum(g). A row PyTorch's forward makes NaN gets NaN; an element of -inf gets 0 (softmax)
 // or its g (log_softmax), as from PyTorch's y.
 struct SoftmaxGradient {
-  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
-    const A e = exp_of<T>(u);
-    return {e, g * e};
-  }
+  template <typename T, typename A> static __device__ __forceinline__ A value(A u) { return exp_of<T>(u); }
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A e, A g) { return {e, g * e}; }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     const A inv = A(1) / s.a;
     return {inv, s.b * inv};
   }
-  template <typename T, typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
-    return exp_of<T>(u) * k.a * (g - k.b);
-  }
+  template <typename A> static __device__ __forceinline__ A grad(A e, A g, SumPair<A> k) { return e * k.a * (g - k.b); }
 };
 struct LogSoftmaxGradient {
-  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A g) {
-    return {exp_of<T>(u), g};
-  }
+  template <typename T, typename A> static __device__ __forceinline__ A value(A u) { return exp_of<T>(u); }
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A e, A g) { return {e, g}; }
   template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     return {A(1) / s.a, s.b};
   }
-  template <typename T, typename A> static __device__ __forceinline__ A grad(A u, A g, SumPair<A> k) {
-    return g - exp_of<T>(u) * k.a * k.b;
-  }
+  template <typename A> static __device__ __forceinline__ A grad(A e, A g, SumPair<A> k) { return g - e * k.a * k.b; }
 };
 struct SoftmaxOp : ReduceScaleTraits {
   static constexpr bool kMaxShifted = true, kFusedBackward = true;
