@@ -24,6 +24,9 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM  // the same for the kernels of ops without a weight
 #define NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM 1024
 #endif
+#ifndef NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT  // 1: max-shifted ops' rows of a block stay persistent
+#define NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT 1
+#endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
 // (kMaxPortableCluster) a row, whichever is the first to hold it. A weighted op's: a
@@ -31,7 +34,8 @@ namespace normscan {
 // block (cluster) a row group, loaded straight into registers, twice the resident threads
 // (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms, softmax 8192x32768
 // 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the max-shifted ops' rows of
-// a block, which measured slower so (fp32 softmax 32768x4096 0.540 -> 0.555: NOTES.md).
+// a block, which measured slower so (fp32 softmax 32768x4096 0.540 -> 0.555, and 0.540 ->
+// 0.548 with each exp computed once: NOTES.md).
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
@@ -85,7 +89,8 @@ template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
   using Persistent = BackwardRowsSet<BackwardRows>;
   using Set = std::conditional_t<WEIGHTED, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>;
-  using Block = std::conditional_t<Op::kMaxShifted, typename Persistent::Block, typename Set::Block>;
+  using Block = std::conditional_t<Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT,
+                                   typename Persistent::Block, typename Set::Block>;
   if (nvec <= Set::OneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::OneWarp, V, WEIGHTED>{1}), true;
   if (nvec <= Set::FourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::FourWarps, V, WEIGHTED>{1}), true;
   if (nvec <= Block::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, Block, V, WEIGHTED>{1}), true;
