@@ -4,14 +4,16 @@
 //   dw = sum over rows of g * x * c
 // and the softmaxes from their maximum-shifted x (the row's maximum first, then the sums).
 // x and g are read once, dx written once. Where a weight's gradient is summed the grid is
-// persistent: each block (cluster) visits a fixed set of rows. Rows of 16-byte vectors are staged: each thread copies its
-// own vectors of the rows STAGES - 1 visits ahead into shared memory (cp.async; a thread
-// reads only what it copied, so no barrier), and the next rows' loads are in flight while
-// this one is reduced and stored. The weight and each thread's dw of its columns stay in
-// registers: a thread keeps the same columns on every row (rows of one launch share their
-// alignment). At the end the block adds its row groups' dw in group order into its slot of
-// dw_part ([slots][length], one a block or cluster); reduce_scale_dw_sum_kernel then adds
-// the slots in order: the same input gives the same bits.
+// persistent: each block (cluster) visits a fixed set of rows, and rows of 16-byte vectors
+// are staged: each thread copies its own vectors of the rows STAGES - 1 visits ahead into
+// shared memory (cp.async; a thread reads only what it copied, so no barrier), and the next
+// rows' loads are in flight while this one is reduced and stored. The weight and each
+// thread's dw of its columns stay in registers: a thread keeps the same columns on every row
+// (rows of one launch share their alignment). At the end the block adds its row groups' dw
+// in group order into its slot of dw_part ([slots][length], one a block or cluster);
+// reduce_scale_dw_sum_kernel then adds the slots in order: the same input gives the same
+// bits. Elsewhere (backward_dispatch.cuh) a block (cluster) takes one row group, loaded
+// straight into registers.
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
