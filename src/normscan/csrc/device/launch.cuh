@@ -100,31 +100,30 @@ inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_
     err = device_info(&d);
     if (err != cudaSuccess) return err;
     if (smem + attrs.sharedSizeBytes > static_cast<size_t>(d.smem_optin)) {
-      *out = 0;
-      fit = 1;
-      return cudaSuccess;
-    }
-    if (smem + attrs.sharedSizeBytes > 48 * 1024) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (err != cudaSuccess) return err;
-    }
-    if (cluster > kMaxPortableCluster) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      if (err != cudaSuccess) return err;
-    }
-    int64_t n = 0;
-    if (cluster == 1) {
-      err = resident_blocks(kernel, static_cast<int>(threads.x * threads.y * threads.z), smem, &n);
+      fit = 1;  // no block of it can run here
     } else {
-      cudaLaunchAttribute attr[1];
-      cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, nullptr, attr);
-      cfg.gridDim = dim3(cluster, 1, 1);
-      int c = 0;
-      err = cudaOccupancyMaxActiveClusters(&c, kernel, &cfg);
-      n = c;
+      if (smem + attrs.sharedSizeBytes > 48 * 1024) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        if (err != cudaSuccess) return err;
+      }
+      if (cluster > kMaxPortableCluster) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (err != cudaSuccess) return err;
+      }
+      int64_t n = 0;
+      if (cluster == 1) {
+        err = resident_blocks(kernel, static_cast<int>(threads.x * threads.y * threads.z), smem, &n);
+      } else {
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, nullptr, attr);
+        cfg.gridDim = dim3(cluster, 1, 1);
+        int c = 0;
+        err = cudaOccupancyMaxActiveClusters(&c, kernel, &cfg);
+        n = c;
+      }
+      if (err != cudaSuccess) return err;
+      fit = n + 1;
     }
-    if (err != cudaSuccess) return err;
-    fit = n + 1;
   }
   *out = fit - 1;
   return cudaSuccess;
