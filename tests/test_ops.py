@@ -235,7 +235,8 @@ def test_fake_tensor_shapes_and_strides():
 
 
 def opcheck_samples(device: str):
-    """Every op, flag and dtype, on rows, a strided dim, a 0-d tensor and a non-dense view."""
+    """Every op, flag and dtype, on a strided dim, a 0-d tensor, rows (the contiguous dim) and a
+    non-dense view."""
     for name, spec in REGISTRY.items():
         for dtype in [torch.float32, torch.float16, torch.bfloat16, torch.float64]:
             flag_sets = [{}]
@@ -259,6 +260,8 @@ def opcheck_samples(device: str):
             if not spec.trailing and not spec.grouped:  # those normalise at least one dim; the channel norms two
                 zero_d = torch.randn((), dtype=dtype, device=device)
                 yield name, op_inputs(name, zero_d, 0)
+                rows = torch.randn(3, 40, dtype=dtype, device=device)  # the contiguous dim: the row kernels
+                yield name, op_inputs(name, rows, -1)
             if spec.region != "instance":  # (6, 5): its statistics would be of one element
                 x = torch.randn(6, 9, dtype=dtype, device=device)[:, ::2]
                 yield name, op_inputs(name, x, 1)
@@ -277,10 +280,12 @@ def test_opcheck_every_op_on_cpu():
     assert run_opchecks("cpu") == []
 
 
-def test_opcheck_every_backward_op_on_cpu():
-    """normscan::<name>_backward, with and without the weight's gradient, on the same samples."""
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_opcheck_every_backward_op(device):
+    """normscan::<name>_backward, with and without the weight's gradient, on the same samples
+    (on CUDA the fused kernels where they serve the layout)."""
     failures = []
-    for name, inputs in opcheck_samples("cpu"):
+    for name, inputs in opcheck_samples(device):
         spec = REGISTRY[name]
         x, dim, args = spec.from_op_inputs(inputs)
         grad = torch.randn_like(x)
