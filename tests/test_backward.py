@@ -12,12 +12,15 @@ import normscan
 from normscan import _build, backward, reference, testing, view
 from normscan.registry import REGISTRY
 
+from calls import region
+
 pytestmark = pytest.mark.gpu
 
 # The reduce-scale ops with a fused backward: their functors say kFusedBackward = true.
 FUSED = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", (_build.CSRC / "reduce_scale" / "ops.cuh").read_text())
 ROW_OPS = [n for n, s in REGISTRY.items() if s.family.name == "reduce_scale" and s.functor in FUSED and not s.whole]
-assert FUSED == ["L2NormOp", "L1NormOp", "RmsNormOp", "SoftmaxOp", "LogSoftmaxOp"] and len(ROW_OPS) == 5, (FUSED, ROW_OPS)
+assert FUSED == ["L2NormOp", "L1NormOp", "RmsNormOp", "SoftmaxOp", "LogSoftmaxOp", "LayerNormOp"] and \
+    len(ROW_OPS) == 6, (FUSED, ROW_OPS)
 # l2's and l1's one-element rows have a zero gradient that float64 autograd gives as noise (below)
 SIGN_OPS = [n for n in ROW_OPS if REGISTRY[n].functor in ("L2NormOp", "L1NormOp")]
 # Lengths at each configuration's edges (fp32: 128 vectors a warp, 512 four, 2048 a block,
@@ -26,35 +29,44 @@ LENGTHS = [1, 3, 130, 512, 513, 2048, 2051, 8192, 8196, 65536, 65540]
 CLUSTER_VECS = 8 * 512 * 4  # vectors a cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
 
 
-def _given(spec, n, dtype):
-    given = {"eps": 1e-5, "weight": (torch.rand(n, device="cuda") + 0.5).to(dtype)}
+def _vecs(name) -> int:
+    """Vectors a thread holds: 2 for layer_norm with its weight (backward_dispatch.cuh), else 4."""
+    return 2 if REGISTRY[name].functor == "LayerNormOp" else 4
+
+
+def _given(spec, shape, dtype):
+    """eps, and a weight and bias of `shape` (the reduced dims') where the op takes them."""
+    given = {"eps": 1e-5, "weight": (torch.rand(shape, device="cuda") + 0.5).to(dtype),
+             "bias": torch.randn(shape, device="cuda").to(dtype)}
     return {k: v for k, v in given.items() if spec.takes(k)}
 
 
 def _grads(fn, x, g, given, dtype=None):
-    """Gradients of fn(x, *args) in x and the weight, evaluated in `dtype` (x's by default)."""
+    """Gradients of fn(x, *args) in x, the weight and the bias, evaluated in `dtype` (x's by
+    default)."""
     cast = (lambda t: t.to(dtype)) if dtype else (lambda t: t)
-    inputs = [cast(x).detach().requires_grad_()]
-    if "weight" in given:
-        inputs.append(cast(given["weight"]).detach().requires_grad_())
-    out = fn(inputs[0], {**given, "weight": inputs[1]} if len(inputs) > 1 else given)
+    params = [n for n in ("weight", "bias") if given.get(n) is not None]
+    inputs = [cast(t).detach().requires_grad_() for t in (x, *(given[n] for n in params))]
+    out = fn(inputs[0], {**given, **dict(zip(params, inputs[1:]))})
     return torch.autograd.grad(out, inputs, cast(g))
 
 
 def _expression(spec, dim):
     fn = reference.in_float32(spec.reference)
-    return lambda x, given: fn(x, dim, *spec.args(given))
+    return lambda x, given: fn(x, region(spec.name, x, dim), *spec.args(given))
 
 
 def _fused_into_poison(spec, x, g, dim, given):
-    """The fused kernel's [dx, dw], written into NaN-filled dx and partial sums."""
+    """The fused kernel's [dx, dw (, db)], written into NaN-filled dx and partial sums."""
     weight = given.get("weight")
     dx = torch.full_like(view.output_like(x), float("nan"))
+    dim = region(spec.name, x, dim)
     part = None
     if weight is not None:  # the partial sums' shape is the kernel's choice: ask it first
-        v = view.fold(x, dx, dim)
+        gs, xs, dxs = backward.merge_normalized(g, x, dx, len(dim)) if spec.trailing else (g, x, dx)
+        v, gs, g_row_stride = backward._rows(gs, xs, dxs, xs.dim() - 1 if spec.trailing else dim)
         done, _, probe = _build.load("reduce_scale_backward", spec.op_id).reduce_scale_backward(
-            x, g, torch.empty_like(dx), weight, True, None, spec.op_id, v, view.fold(g, dx, dim).x_so, given["eps"])
+            xs, gs, torch.empty_like(dxs), weight.reshape(-1), True, None, spec.op_id, v, g_row_stride, given["eps"])
         assert done
         part = torch.full_like(probe, float("nan"))
     grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, dx=dx, dw_part=part)
@@ -70,7 +82,7 @@ def _draw(spec, ours, x, g, dim, given):
 
 
 def _check(spec, draw, dtype, label):
-    for o, t, e, what in zip(*draw, ("dx", "dw")):
+    for o, t, e, what in zip(*draw, ("dx", "dw", "db")):
         error, mismatch = testing.rel_error(o, e)
         # Lower precision: twice PyTorch's own error; float64 (whose exact reference is
         # itself float64): the forward's float64 bound.
@@ -86,15 +98,17 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
     of a 3-element weight gradient measures PyTorch's own error by luck (0.5u to 3u)."""
     spec = REGISTRY[name]
     v = 16 // torch.empty((), dtype=dtype).element_size()
-    for n in LENGTHS[1:] if name in SIGN_OPS else LENGTHS:  # l2's and l1's one-element rows: a test of their own
+    # one-element rows of l2, l1 and layer_norm (a zero dx): tests of their own
+    for n in LENGTHS[1:] if name in [*SIGN_OPS, "layer_norm"] else LENGTHS:
         rows = max(1, min(300, 2**21 // n))
         draws = []
         for _ in range(8 if n < 64 else 1):
             x = torch.randn(rows, n, device="cuda", dtype=dtype)
             g = torch.randn(rows, n, device="cuda", dtype=dtype)
             given = _given(spec, n, dtype)
-            fused = backward.reduce_scale(spec, g, x, 1, spec.args(given), False) is not None
-            assert fused == ((n // v if n % v == 0 else n) <= CLUSTER_VECS), (name, dtype, n, fused)
+            fused = backward.reduce_scale(spec, g, x, region(name, x, 1), spec.args(given), False) is not None
+            capacity = CLUSTER_VECS * _vecs(name) // 4
+            assert fused == ((n // v if n % v == 0 else n) <= capacity), (name, dtype, n, fused)
             if fused:
                 draws.append(_draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given))
         if draws:
@@ -103,12 +117,14 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_gradients_of_many_rows_a_block(dtype):
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_fused_gradients_of_many_rows_a_block(name, dtype):
     """Each kernel (a warp, four warps, a block and a cluster of 2 a row) visiting several
-    rows a block: rows staged ahead past the first ones, and dw summed over every visit."""
-    spec = REGISTRY["rms_norm"]
+    rows a block: rows staged ahead past the first ones, and dw (db) summed over every visit."""
+    spec = REGISTRY[name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    v = 16 // torch.empty((), dtype=dtype).element_size()
+    # elements a row takes per vector counted below (a layer_norm thread holds half as many)
+    v = 16 // torch.empty((), dtype=dtype).element_size() * _vecs(name) // 4
     for vecs, rows in ((128, 256 * sms), (512, 64 * sms), (2048, 16 * sms), (4096, 8 * sms)):
         x = torch.randn(rows, vecs * v, device="cuda", dtype=dtype)
         g = torch.randn_like(x)
@@ -131,7 +147,7 @@ def test_one_element_rows_of_l2_and_l1_have_a_zero_gradient_to_rounding(name, dt
     assert bool((dx.double().abs() <= 16 * testing.UNIT_ROUNDOFF[dtype] * scale).all()), (dx.abs().max(), scale.max())
 
 
-@pytest.mark.parametrize("name", ROW_OPS)
+@pytest.mark.parametrize("name", [n for n in ROW_OPS if not REGISTRY[n].trailing])
 def test_fused_gradients_of_strided_rows_and_gradients(name):
     """Rows apart by more than their length; a transposed tensor's contiguous dim 0; and
     gradients laid out otherwise: transposed, broadcast along rows, sliced."""
@@ -167,6 +183,50 @@ def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
     draw = _draw(spec, _fused_into_poison(spec, x, g, 1, {}), x, g, 1, {})
     assert draw[2][0][[1, 2, 3, 4]].isnan().all() and not draw[2][0][[0, 5]].isnan().any()  # the cases are live
     _check(spec, draw, dtype, "special values")
+
+
+@pytest.mark.parametrize("dtype", testing.DTYPES)
+def test_layer_norm_one_element_rows_have_a_zero_gradient_to_rounding(dtype):
+    """dx = r * g * w - r * mean(g * w) = 0 for rows of one element, where float64 autograd
+    gives rounding noise: |dx| <= 4u |r * g * w| (r = 1 / sqrt(eps), the fused multiply-add's
+    one rounding); dw sums g * (x - mean) = 0 exactly; db sums g."""
+    spec = REGISTRY["layer_norm"]
+    x = torch.randn(300, 1, device="cuda", dtype=dtype)
+    g = torch.randn(300, 1, device="cuda", dtype=dtype)
+    given = _given(spec, 1, dtype)
+    dx, dw, db = _fused_into_poison(spec, x, g, 1, given)
+    scale = (g.double() * given["weight"].double()).abs() / 1e-5 ** 0.5
+    assert bool((dx.double().abs() <= 4 * testing.UNIT_ROUNDOFF[dtype] * scale).all()), (dx.abs().max(), scale.max())
+    assert bool((dw == 0).all())
+    error, mismatch = testing.rel_error(db, g.double().sum(0))
+    assert not mismatch and error <= testing.NORM_BOUNDS[dtype], error
+
+
+def test_layer_norm_gradients_over_its_layouts():
+    """Several normalized dims as one row; rows apart by more than their length; gradients
+    laid out otherwise (transposed, broadcast, sliced, permuted); a weight alone; and the
+    layouts that take the composite: normalized dims that do not merge into one, and a bias
+    without a weight whose gradient is asked."""
+    spec = REGISTRY["layer_norm"]
+    n, rows = 1000, 37
+    padded = torch.randn(rows, n + 24, device="cuda")[:, 3:n + 3]
+    for g in (torch.randn_like(padded), torch.randn(n, rows, device="cuda").t(),
+              torch.randn(n, device="cuda").expand(rows, n), torch.randn(rows, 2 * n, device="cuda")[:, ::2]):
+        given = _given(spec, n, padded.dtype)
+        _check(spec, _draw(spec, _fused_into_poison(spec, padded, g, 1, given), padded, g, 1, given), padded.dtype,
+               g.stride())
+    x = torch.randn(rows, 12, 40, device="cuda")
+    for g in (torch.randn_like(x), torch.randn(40, 12, rows, device="cuda").permute(2, 1, 0)):
+        given = _given(spec, (12, 40), x.dtype)
+        _check(spec, _draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given), x.dtype, g.stride())
+        given.pop("bias")
+        _check(spec, _draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given), x.dtype, "no bias")
+    unmerged = torch.randn(rows, 12, 48, device="cuda")[:, :, 3:43]
+    given = _given(spec, (12, 40), x.dtype)
+    assert backward.reduce_scale(spec, torch.randn_like(unmerged), unmerged, (12, 40), spec.args(given), True) is None
+    bias_only = spec.args({"bias": given["bias"], "eps": 1e-5})
+    assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), bias_only, True) is None
+    assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), bias_only, False) is not None
 
 
 def test_strided_norms_and_cumprod_take_the_composite():
@@ -296,12 +356,14 @@ def test_weight_gradient_is_deterministic():
     x = torch.randn(4096, 1024, device="cuda")
     w = torch.rand(1024, device="cuda", requires_grad=True)
     g = torch.randn_like(x)
+    b = torch.randn(1024, device="cuda", requires_grad=True)
     runs = []
     for _ in range(3):
-        w.grad = None
+        w.grad = b.grad = None
         normscan.rms_norm(x, -1, weight=w).backward(g)
-        runs.append(w.grad.clone())
-    assert all(torch.equal(runs[0], r) for r in runs[1:])
+        normscan.layer_norm(x, (1024,), weight=w, bias=b).backward(g)
+        runs.append((w.grad.clone(), b.grad.clone()))
+    assert all(torch.equal(runs[0][i], r[i]) for r in runs[1:] for i in range(2))
 
 
 def test_double_backward_takes_the_differentiable_composite():
@@ -319,10 +381,11 @@ def test_eager_backward_uses_the_fused_kernels(monkeypatch):
     monkeypatch.setattr(backward, "composite", refuse)
     x = torch.randn(64, 1024, device="cuda", requires_grad=True)
     w = torch.rand(1024, device="cuda", requires_grad=True)
+    b = torch.randn(1024, device="cuda", requires_grad=True)
     (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum() +
-     normscan.cumprod(x, 1).sum() + (normscan.softmax(x, -1) * x).sum() + normscan.log_softmax(x, -1).square().sum()
-     ).backward()
-    assert x.grad is not None and w.grad is not None
+     normscan.cumprod(x, 1).sum() + (normscan.softmax(x, -1) * x).sum() + normscan.log_softmax(x, -1).square().sum() +
+     normscan.layer_norm(x, (1024,), weight=w, bias=b).square().sum()).backward()
+    assert x.grad is not None and w.grad is not None and b.grad is not None
 
 
 @pytest.mark.skipif(os.environ.get("NORMSCAN_TEST_HUGE", "1") == "0", reason="NORMSCAN_TEST_HUGE=0: ~30 GB")

@@ -72,7 +72,7 @@ def test_each_extension_builds_its_ops_one_at_a_time(monkeypatch):
     op's -DNORMSCAN_ONLY_OPS flag in the build and in the cache folder's name and key."""
     assert _build.extension_ops("reduce_scale") == FAMILIES["reduce_scale"].functor_ids()
     assert list(_build.extension_ops("reduce_scale_backward")) == ["L2NormOp", "L1NormOp", "RmsNormOp", "SoftmaxOp",
-                                                                   "LogSoftmaxOp"]
+                                                                   "LogSoftmaxOp", "LayerNormOp"]
     assert _build.extension_ops("scan_backward") == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}
     rms, softmax = (FAMILIES["reduce_scale"].functor_ids()[f] for f in ("RmsNormOp", "SoftmaxOp"))
     source = _build.extension_source("reduce_scale")

@@ -3,11 +3,13 @@ PyTorch's own gradient of the reference expression.
 
 Fused:
 - ``reduce_scale`` (l2_normalize, l1_normalize, rms_norm and its weight, softmax,
-  log_softmax), over rows (the reduced dim contiguous) that a block or a thread-block
-  cluster holds on chip: x and the gradient read once, dx written once (the softmaxes
-  recompute y from x: the row's maximum, then its sums); the weight's gradient from
+  log_softmax, layer_norm and its weight and bias), over rows (the reduced dims contiguous)
+  that a block or a thread-block cluster holds on chip: x and the gradient read once, dx
+  written once (the softmaxes recompute y from x: the row's maximum, then its sums;
+  layer_norm its mean, then its variance); the weight's (and bias's) gradient from
   per-row-group partial sums, added in a fixed order in fp64 by a kernel of its own (the
-  same input gives the same bits).
+  same input gives the same bits). layer_norm with a bias but no weight, whose bias needs
+  its gradient, takes the composite (the kernels sum db beside dw).
 - ``scan``: cumsum's gradient is the scan of the gradient the other way round
   (``cumsum(g, reverse=not reverse, exclusive=exclusive)``), one pass. cumprod's, over rows
   (the scanned dim contiguous) of up to 4M fp32 elements, is a kernel of its own
@@ -16,7 +18,7 @@ Fused:
   elements) held by a block and read once, longer ones in chunks with x read twice (the
   second read newest chunk first, partly from L2).
 
-Elsewhere (layer_norm, the channel norms, masked_cumsum, cumprod over strided dims, strided
+Elsewhere (the channel norms, masked_cumsum, cumprod over strided dims, strided
 norms and softmaxes, rows longer than a cluster holds, and a backward that must itself be
 differentiable):
 PyTorch's autograd of the reference at the saved inputs (16-bit in float32), which keeps
@@ -93,25 +95,48 @@ def _rows(grad, x, dx, dim):
     return v, grad, vg.x_so
 
 
+def merge_normalized(grad, x, dx, count: int) -> tuple | None:
+    """(grad, x, dx) with their last `count` dims as one (layer_norm's normalized dims), the
+    gradient copied to dx's layout where its own do not merge; None where x's or dx's do not."""
+    x, merged_dx = view.merge_trailing(x, count), view.merge_trailing(dx, count)
+    if x is None or merged_dx is None:
+        return None
+    merged = view.merge_trailing(grad, count)
+    return (merged if merged is not None else view.merge_trailing(_like(grad, dx), count)), x, merged_dx
+
+
 def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None) -> list | None:
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
-    `dx` and `dw_part` (the weight's partial sums; their shape is the kernel's choice) are
-    for the checks, which poison them."""
+    `dx` and `dw_part` (the weight's partial sums, and the bias's; their shape is the
+    kernel's choice) are for the checks, which poison them."""
     if spec.op_id not in _build.extension_ops("reduce_scale_backward").values():  # no kFusedBackward
         return None
     given = dict(zip(spec.params, args))
-    eps, weight = given.get("eps", 0.0), given.get("weight")
+    eps, weight, bias = given.get("eps", 0.0), given.get("weight"), given.get("bias")
+    if param_grads and bias is not None and weight is None:
+        return None  # the kernels sum db beside dw
     dx = view.output_like(x) if dx is None else dx
-    rows = _rows(grad, x, dx, dim)
+    tensors = grad, x, dx
+    if spec.trailing:
+        tensors = merge_normalized(grad, x, dx, len(dim))
+        if tensors is None:
+            return None
+        dim = tensors[1].dim() - 1
+    rows = _rows(*tensors, dim)
     if rows is None:
         return None
-    v, grad, g_row_stride = rows
+    v, row_grad, g_row_stride = rows
     weight_grad = param_grads and weight is not None
     ext = _build.load("reduce_scale_backward", spec.op_id)
-    done, dw, _ = ext.reduce_scale_backward(x, grad, dx, weight, weight_grad, dw_part, spec.op_id, v, g_row_stride, eps)
+    flat = None if weight is None else weight.reshape(-1)
+    done, sums, _ = ext.reduce_scale_backward(tensors[1], row_grad, tensors[2], flat, weight_grad, dw_part, spec.op_id,
+                                              v, g_row_stride, eps)
     if not done:
         return None
-    return [dx, dw] if weight_grad else [dx]
+    if not weight_grad:
+        return [dx]
+    # sums: dw's v.length, then a biased op's db
+    return [dx, sums[:v.length].view(weight.shape), *([] if bias is None else [sums[v.length:].view(bias.shape)])]
 
 
 def scan(spec, grad, x, dim, args, param_grads, *, dx=None) -> list | None:

@@ -205,22 +205,22 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
 def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
                      modes: list[str] = ("backward", "forward+backward")) -> list[Entry]:
     """Backward alone, then forward and backward, at the LLM shapes (rms_norm with its weight,
-    and the softmaxes at their sweep's shapes, beside the peers) in every dtype asked, and the
-    scans in float32 when asked."""
+    and the softmaxes and layer_norm at their sweep's shapes, beside the peers) in every dtype
+    asked, and the scans in float32 when asked."""
     out: list[Entry] = []
     specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
     for mode in modes:
         for dtype in dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:
-                # layer_norm has no fused backward yet; the channel norms' shapes are not rows
-                if spec.family.name != "reduce_scale" or spec.trailing or spec.grouped:
+                if spec.family.name != "reduce_scale" or spec.grouped:  # the channel norms' shapes are not rows
                     continue
-                shapes = LAST_DIM_SHAPES.get(spec.name) or (TRAINING_ROW_SHAPES if spec.takes("weight")
-                                                             else TRAINING_ROW_SHAPES[1:2])
+                shapes = (LLM_ROW_SHAPES if spec.trailing else LAST_DIM_SHAPES.get(spec.name) or
+                          (TRAINING_ROW_SHAPES if spec.takes("weight") else TRAINING_ROW_SHAPES[1:2]))
                 for shape in shapes:
                     out.append(_entry(f"{spec.name} {'last-dim+w ' if spec.takes('weight') else ''}{shape} {dt}", spec,
-                                      shape, dtype, -1, weight=spec.takes("weight"), with_peers=True, mode=mode))
+                                      shape, dtype, shape[-1:] if spec.trailing else -1, weight=spec.takes("weight"),
+                                      with_peers=True, mode=mode))
         for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:

@@ -12,8 +12,8 @@ element: a dense input (any permutation of contiguous) is read where it lies, an
 copied first. The output has x's layout when x is dense, else it is
 contiguous. CPU tensors are computed by the reference expression (16-bit ones in float32).
 Every op is differentiable in x (and in its weight and bias), with PyTorch's semantics: a
-fused backward kernel for the norms and the softmaxes over rows (the reduced dim
-contiguous), for cumsum, and for cumprod over rows, PyTorch's own gradient of the reference
+fused backward kernel for the norms, the softmaxes and layer_norm over rows (the reduced
+dims contiguous), for cumsum, and for cumprod over rows, PyTorch's own gradient of the reference
 expression elsewhere (backward.py says where).
 """
 

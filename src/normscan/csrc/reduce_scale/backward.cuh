@@ -2,15 +2,17 @@
 // 1) held on chip; for the norms, y = x * c(S) [* w], S = sum(map(x)):
 //   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)
 //   dw = sum over rows of g * x * c
-// and the softmaxes from their maximum-shifted x (the row's maximum first, then the sums).
-// x and g are read once, dx written once. Where a weight's gradient is summed the grid is
-// persistent: each block (cluster) visits a fixed set of rows, and rows of 16-byte vectors
-// are staged: each thread copies its own vectors of the rows STAGES - 1 visits ahead into
-// shared memory (cp.async; a thread reads only what it copied, so no barrier), and the next
-// rows' loads are in flight while this one is reduced and stored. The weight and each
-// thread's dw of its columns stay in registers: a thread keeps the same columns on every row
-// (rows of one launch share their alignment). At the end the block adds its row groups' dw
-// in group order into its slot of dw_part ([slots][length], one a block or cluster);
+// the softmaxes from their maximum-shifted x (the row's maximum first, then the sums), and
+// layer_norm from x less its mean (the mean and sum(g * w) first, then the sums; db = sum
+// over rows of g). x and g are read once, dx written once. Where a weight's gradient is
+// summed the grid is persistent: each block (cluster) visits a fixed set of rows, and rows
+// of 16-byte vectors are staged: each thread copies its own vectors of the rows STAGES - 1
+// visits ahead into shared memory (cp.async; a thread reads only what it copied, so no
+// barrier), and the next rows' loads are in flight while this one is reduced and stored.
+// The weight and each thread's dw (db) of its columns stay in registers: a thread keeps the
+// same columns on every row (rows of one launch share their alignment). At the end the
+// block adds its row groups' dw in group order into its slot of dw_part ([slots][length],
+// one a block or cluster; a biased op's [slots][2 length], db after dw);
 // reduce_scale_dw_sum_kernel then adds the slots in order: the same input gives the same
 // bits. Elsewhere (backward_dispatch.cuh) a block (cluster) takes one row group, loaded
 // straight into registers.
@@ -72,18 +74,21 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // exactly: computed once, not again for dx.
   constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A);
   using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
-  __shared__ Sums warp_part[2][BLOCK / 32];  // [parity]: one barrier a row
-  __shared__ A warp_max[2][BLOCK / 32];      // the same for a max-shifted op's maximum
+  // What a row's shift is found from: a max-shifted op's maximum, a centered op's first sums.
+  using Shift = std::conditional_t<Op::kCentered, Sums, A>;
+  constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
+  __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
+  __shared__ Shift warp_shift[2][BLOCK / 32];  // the same for the shift's reduction
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const WarpPlace me = WarpPlace::of_thread();
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
   __shared__ ClusterRounds<Sums> cluster_sums;
-  __shared__ ClusterRounds<A> cluster_max;
+  __shared__ ClusterRounds<Shift> cluster_shift;
   if (csize > 1) {
     cluster_sums.init(csize);
-    if constexpr (Op::kMaxShifted) cluster_max.init(csize);
+    if constexpr (kShifted<Op>) cluster_shift.init(csize);
     cg::this_cluster().sync();
   }
 #endif
@@ -125,13 +130,17 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   }
   VT wv[NV];  // this thread's weight vectors (unused without one)
   A dw[NV][V];
+  A db[BIAS_GRAD ? NV : 1][V];
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     if constexpr (WEIGHTED) {
       if (has(k)) wv[k] = load_vec<T, V>(a.w + col(k));
     }
 #pragma unroll
-    for (int i = 0; i < V; ++i) dw[k][i] = A(0);
+    for (int i = 0; i < V; ++i) {
+      dw[k][i] = A(0);
+      if constexpr (BIAS_GRAD) db[k][i] = A(0);
+    }
   }
   auto weighted = [&](A ga, int k, int i) {
     if constexpr (WEIGHTED) return ga * Convert<T>::to_acc(wv[k].v[i]);
@@ -173,11 +182,33 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
           for (int i = 0; i < V; ++i) m = MaxOp::apply(m, Convert<T>::to_acc(xv[k].v[i]));
         }
-      m = block_group_reduce<MaxOp, WARPS_PER_ROW>(m, warp_max[visit & 1], group * WARPS_PER_ROW, me);
+      m = block_group_reduce<MaxOp, WARPS_PER_ROW>(m, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-      if (csize > 1) m = cluster_max.template reduce<MaxOp>(m, csize, crank, visit);
+      if (csize > 1) m = cluster_shift.template reduce<MaxOp>(m, csize, crank, visit);
 #endif
       shift = m;
+    }
+    Sums first{A(0), A(0)};  // a centered op's first sums
+    if constexpr (Op::kCentered) {
+      // The mean as the forward finds it: the row's first element plus the mean of the
+      // differences from it.
+      const A pilot = active ? Convert<T>::to_acc(a.x[row * a.view.x_so]) : A(0);
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (active && has(k)) {
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            const Sums t = Gradient::shift_terms(Convert<T>::to_acc(xv[k].v[i]) - pilot,
+                                                 weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
+            first.a += t.a;
+            first.b += t.b;
+          }
+        }
+      first = block_group_reduce<SumPairOp, WARPS_PER_ROW>(first, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) first = cluster_shift.template reduce<SumPairOp>(first, csize, crank, visit);
+#endif
+      shift = pilot + first.a / A(n);
     }
     Sums sd{A(0), A(0)};
 #pragma unroll
@@ -196,7 +227,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #ifdef NORMSCAN_CLUSTERS
     if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
 #endif
-    const Sums coefs = Gradient::coefs(sd, n, a.eps);
+    const auto coefs = [&] {
+      if constexpr (Op::kCentered) return Gradient::coefs(sd, first, n, a.eps);
+      else return Gradient::coefs(sd, n, a.eps);
+    }();
     T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
 #pragma unroll
     for (int k = 0; k < NV; ++k)
@@ -208,46 +242,51 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
           const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
           out[i] = Gradient::grad(v, weighted(ga, k, i), coefs);
           if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);
+          if constexpr (BIAS_GRAD) db[k][i] += ga;
         }
         if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
       }
   }
   // The block's row groups' sums added in group order, into the block's slot (its cluster's,
-  // each block its own columns).
+  // each block its own columns): dw, then db at n past it.
   if constexpr (WEIGHTED) {
     if (a.dw_part != nullptr) {
-      A* part = a.dw_part + static_cast<int64_t>(blockIdx.x / csize) * n;
-      if constexpr (GROUPS == 1) {
-#pragma unroll
-        for (int k = 0; k < NV; ++k)
-          if (has(k)) {
-#pragma unroll
-            for (int i = 0; i < V; ++i) part[col(k) + i] = dw[k][i];
-          }
-      } else {
-        // Consecutive threads, consecutive words; over the stages, which no copy still fills
-        // (the last ones were empty) and no thread still reads after the barrier.
-        A* const sums = reinterpret_cast<A*>(smem);
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < NV; ++k)
-#pragma unroll
-          for (int i = 0; i < V; ++i) sums[(k * V + i) * BLOCK + threadIdx.x] = dw[k][i];
-        __syncthreads();
-        if (group == 0) {
+      A* part = a.dw_part + static_cast<int64_t>(blockIdx.x / csize) * n * (BIAS_GRAD ? 2 : 1);
+      auto store = [&](const A (&sum_of)[NV][V], A* to) {
+        if constexpr (GROUPS == 1) {
 #pragma unroll
           for (int k = 0; k < NV; ++k)
             if (has(k)) {
 #pragma unroll
-              for (int i = 0; i < V; ++i) {
-                A sum = A(0);
-                for (int j = 0; j < GROUPS; ++j) sum += sums[(k * V + i) * BLOCK + j * TPR + t];
-                part[col(k) + i] = sum;
-              }
+              for (int i = 0; i < V; ++i) to[col(k) + i] = sum_of[k][i];
             }
+        } else {
+          // Consecutive threads, consecutive words; over the stages, which no copy still
+          // fills (the last ones were empty) and no thread still reads after the barrier.
+          A* const sums = reinterpret_cast<A*>(smem);
+          __syncthreads();
+#pragma unroll
+          for (int k = 0; k < NV; ++k)
+#pragma unroll
+            for (int i = 0; i < V; ++i) sums[(k * V + i) * BLOCK + threadIdx.x] = sum_of[k][i];
+          __syncthreads();
+          if (group == 0) {
+#pragma unroll
+            for (int k = 0; k < NV; ++k)
+              if (has(k)) {
+#pragma unroll
+                for (int i = 0; i < V; ++i) {
+                  A sum = A(0);
+                  for (int j = 0; j < GROUPS; ++j) sum += sums[(k * V + i) * BLOCK + j * TPR + t];
+                  to[col(k) + i] = sum;
+                }
+              }
+          }
         }
-      }
+      };
+      store(dw, part);
+      if constexpr (BIAS_GRAD) store(db, part + n);
     }
   }
 #ifdef NORMSCAN_CLUSTERS

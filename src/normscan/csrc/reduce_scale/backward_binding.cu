@@ -29,6 +29,8 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
       using Op = decltype(functor);
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
+      // Partial sums a position: dw's, and a biased op's db beside it.
+      const int64_t sums = v.length * (Op::kBiased ? 2 : 1);
       launched = with_reduce_scale_backward<T, Op>(a, d.major, [&](auto plan) {
         if (weight_grad) {
           int64_t slots = 0;
@@ -36,19 +38,19 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
           const auto acc = sizeof(acc_t<T>) == 8 ? at::kDouble : at::kFloat;
           if (dw_part) {
             TORCH_CHECK(dw_part->is_contiguous() && dw_part->scalar_type() == acc && dw_part->device() == x.device() &&
-                            dw_part->dim() == 2 && dw_part->size(0) == slots && dw_part->size(1) == v.length,
-                        "normscan: dw_part must be a contiguous (", num(slots), ", ", num(v.length), ") tensor of ",
+                            dw_part->dim() == 2 && dw_part->size(0) == slots && dw_part->size(1) == sums,
+                        "normscan: dw_part must be a contiguous (", num(slots), ", ", num(sums), ") tensor of ",
                         sizeof(acc_t<T>) == 8 ? "float64" : "float32", " on x's device");
             part = *dw_part;
           } else {
-            part = at::detail::empty_cuda({slots, v.length}, x.options().dtype(acc));
+            part = at::detail::empty_cuda({slots, sums}, x.options().dtype(acc));
           }
           a.dw_part = static_cast<acc_t<T>*>(part.data_ptr());
         }
         if (!v.empty()) check_cuda(plan.launch(a, stream), "reduce_scale_backward");
         if (weight_grad) {
-          dw = at::detail::empty_cuda({v.length}, weight->options());
-          check_cuda(launch_dw_sum<T>(a.dw_part, part.size(0), v.length, mutable_data<T>(dw), stream),
+          dw = at::detail::empty_cuda({sums}, weight->options());
+          check_cuda(launch_dw_sum<T>(a.dw_part, part.size(0), sums, mutable_data<T>(dw), stream),
                      "summing the weight gradient's partial sums");
         }
       });

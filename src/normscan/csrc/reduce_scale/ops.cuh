@@ -51,10 +51,10 @@ struct ReduceScaleTraits {
 };
 
 // An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
-// shift (its maximum, for kMaxShifted ops; x itself otherwise), v = value<T>(u) (T: the
-// row's dtype) and gw = g * w, the row's two sums of terms(v, gw), its two coefficients
-// coefs(sums, n, eps), then each element's dx = grad(v, gw, coefs); a weighted op's dw sums
-// weight_grad(v, g, coefs) over the rows.
+// shift (its maximum for kMaxShifted ops, its mean for kCentered ones; x itself otherwise),
+// v = value<T>(u) (T: the row's dtype) and gw = g * w, the row's two sums of terms(v, gw),
+// its coefficients coefs(sums, n, eps), then each element's dx = grad(v, gw, coefs); a
+// weighted op's dw sums weight_grad(v, g, coefs) over the rows (and a biased op's db sums g).
 //
 // The norms, y = x * c(S) [* w] with S = sum(map(x)): dx = c * g * w + dc/dS * map'(x) * D,
 // D = sum(g * w * x); each norm gives dc/dS * map'(x) as grad_coef(c, n) * dmap(x).
@@ -162,11 +162,38 @@ struct LogSoftmaxOp : ReduceScaleTraits {
   template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return u - scale; }
 };
 
+// layer_norm's, with u = x - mean, r = 1 / sqrt(var + eps) and gw = g * w: PyTorch's
+// dx = r * (gw - mean(gw) - xhat * mean(gw * xhat)), xhat = u * r, taken as
+// r * gw + offset + slope * u; dw sums g * xhat over the rows, db sums g. A centered op's
+// gradient sums shift_terms(x - pilot, gw) first, the mean's sum (from the row's first
+// element, as the forward's) beside sum(gw), then terms (var's sum(u^2) and sum(gw * u)).
+template <typename A> struct CenteredCoefs {
+  A rstd, offset, slope;
+};
+template <typename Op> struct CenteredGradient {
+  template <typename T, typename A> static __device__ __forceinline__ A value(A u) { return u; }
+  template <typename A> static __device__ __forceinline__ SumPair<A> shift_terms(A x, A gw) { return {x, gw}; }
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A gw) { return {u * u, gw * u}; }
+  // s: the sums of terms; first: those of shift_terms (first.b: sum(gw)).
+  template <typename A>
+  static __device__ __forceinline__ CenteredCoefs<A> coefs(SumPair<A> s, SumPair<A> first, int64_t n, double eps) {
+    const A r = Op::scale(s.a, n, eps), inv_n = A(1) / A(n);
+    return {r, -r * first.b * inv_n, -r * r * r * s.b * inv_n};
+  }
+  template <typename A> static __device__ __forceinline__ A grad(A u, A gw, CenteredCoefs<A> k) {
+    return k.rstd * gw + k.offset + k.slope * u;
+  }
+  template <typename A> static __device__ __forceinline__ A weight_grad(A u, A g, CenteredCoefs<A> k) {
+    return g * u * k.rstd;
+  }
+};
+
 // layer_norm: (x - mean) / sqrt(var + eps) [* w] [+ b], var the biased variance (the mean
 // of map(x - mean)), as F.layer_norm. Kernels that hold the row sum it first for the mean;
 // those that read it twice merge each batch's mean and squared deviations (MeanM2).
 struct LayerNormOp : ReduceScaleTraits {
-  static constexpr bool kWeighted = true, kBiased = true, kCentered = true;
+  static constexpr bool kWeighted = true, kBiased = true, kCentered = true, kFusedBackward = true;
+  using Gradient = CenteredGradient<LayerNormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   // rsqrt, as PyTorch's kernel (2 ulp in fp32); IEEE division and square root spilled the
@@ -179,7 +206,7 @@ struct LayerNormOp : ReduceScaleTraits {
 // group_norm, instance_norm, batch_norm: layer_norm's statistics over a grouped row or
 // column, a weight and bias per channel (Grouping).
 struct GroupNormOp : LayerNormOp {
-  static constexpr bool kGrouped = true;
+  static constexpr bool kGrouped = true, kFusedBackward = false;  // not layer_norm's rows
 };
 
 // The arguments an op's kernels take.
