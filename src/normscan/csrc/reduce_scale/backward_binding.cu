@@ -4,10 +4,9 @@
 #include "../binding.cuh"
 #include "backward_dispatch.cuh"
 
-std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor& x, const at::Tensor& g, at::Tensor& dx,
-                                                   const std::optional<at::Tensor>& weight, bool weight_grad,
-                                                   const std::optional<at::Tensor>& dw_part, int64_t op,
-                                                   at::IntArrayRef view, int64_t g_row_stride, double eps) {
+std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
+    const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, const std::optional<at::Tensor>& weight, bool weight_grad,
+    const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride, double eps) {
   using namespace normscan;
   const View v = checked_view(x, dx, view);
   check_param(x, weight, v.length);
@@ -20,7 +19,8 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
   DeviceInfo d;
   check_cuda(device_info(&d), "reading the device's properties");
   bool launched = false;
-  at::Tensor dw, part;
+  std::vector<at::Tensor> params;
+  at::Tensor part;
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_backward", [&] {
     using T = cuda_t<scalar_t>;
     ReduceScaleBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<T>(*weight) : nullptr,
@@ -30,7 +30,8 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
       // Partial sums a position: dw's, and a biased op's db beside it.
-      const int64_t sums = v.length * (Op::kBiased ? 2 : 1);
+      const int sums_each = Op::kBiased ? 2 : 1;
+      const int64_t sums = v.length * sums_each;
       launched = with_reduce_scale_backward<T, Op>(a, d.major, [&](auto plan) {
         if (weight_grad) {
           int64_t slots = 0;
@@ -49,13 +50,16 @@ std::tuple<bool, at::Tensor, at::Tensor> reduce_scale_backward(const at::Tensor&
         }
         if (!v.empty()) check_cuda(plan.launch(a, stream), "reduce_scale_backward");
         if (weight_grad) {
-          dw = at::detail::empty_cuda({sums}, weight->options());
-          check_cuda(launch_dw_sum<T>(a.dw_part, part.size(0), sums, mutable_data<T>(dw), stream),
-                     "summing the weight gradient's partial sums");
+          for (int j = 0; j < sums_each; ++j) {  // dw, then db: tensors of their own (outputs may not alias)
+            params.push_back(at::detail::empty_cuda({v.length}, weight->options()));
+            check_cuda(launch_dw_sum<T>(a.dw_part + j * v.length, part.size(0), sums, v.length,
+                                        mutable_data<T>(params.back()), stream),
+                       "summing the weight gradient's partial sums");
+          }
         }
       });
     });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });
-  return {launched, dw, part};
+  return {launched, params, part};
 }

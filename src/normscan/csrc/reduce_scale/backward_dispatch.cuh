@@ -82,14 +82,16 @@ template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct Ba
   }
 };
 
-// dw from the slots of dw_part (reduce_scale_dw_sum_kernel): 32 columns of 8 lanes a block.
+// dw from the slots of dw_part, rows `stride` apart (reduce_scale_dw_sum_kernel): 32 columns
+// of 8 lanes a block.
 template <typename T>
-inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t length, T* dw, cudaStream_t stream) {
+inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t stride, int64_t length, T* dw,
+                                 cudaStream_t stream) {
   constexpr int kCols = 32, kLanes = 8;
   if (length == 0) return cudaSuccess;
   return launch_units<reduce_scale_dw_sum_kernel<T, kCols, kLanes>>(Grid::PerUnit, dim3(kCols * kLanes), 1,
                                                                     ceil_div(length, kCols), 0, stream, part, slots,
-                                                                    length, dw);
+                                                                    stride, length, dw);
 }
 
 // Calls f(plan) for the kernel that holds rows of nvec V-element vectors on a device of
