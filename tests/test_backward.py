@@ -12,7 +12,7 @@ import normscan
 from normscan import _build, backward, reference, testing, view
 from normscan.registry import REGISTRY
 
-from calls import region
+from calls import op_inputs, region
 
 pytestmark = pytest.mark.gpu
 
@@ -27,11 +27,6 @@ SIGN_OPS = [n for n in ROW_OPS if REGISTRY[n].functor in ("L2NormOp", "L1NormOp"
 # 16384 a cluster of 8), odd ones (scalar kernels), and past what a cluster holds.
 LENGTHS = [1, 3, 130, 512, 513, 2048, 2051, 8192, 8196, 65536, 65540]
 CLUSTER_VECS = 8 * 512 * 4  # vectors a cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
-
-
-def _vecs(name) -> int:
-    """Vectors a thread holds: 2 for layer_norm with its weight (backward_dispatch.cuh), else 4."""
-    return 2 if REGISTRY[name].functor == "LayerNormOp" else 4
 
 
 def _given(spec, shape, dtype):
@@ -107,8 +102,7 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
             g = torch.randn(rows, n, device="cuda", dtype=dtype)
             given = _given(spec, n, dtype)
             fused = backward.reduce_scale(spec, g, x, region(name, x, 1), spec.args(given), False) is not None
-            capacity = CLUSTER_VECS * _vecs(name) // 4
-            assert fused == ((n // v if n % v == 0 else n) <= capacity), (name, dtype, n, fused)
+            assert fused == ((n // v if n % v == 0 else n) <= CLUSTER_VECS), (name, dtype, n, fused)
             if fused:
                 draws.append(_draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given))
         if draws:
@@ -123,8 +117,7 @@ def test_fused_gradients_of_many_rows_a_block(name, dtype):
     rows a block: rows staged ahead past the first ones, and dw (db) summed over every visit."""
     spec = REGISTRY[name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    # elements a row takes per vector counted below (a layer_norm thread holds half as many)
-    v = 16 // torch.empty((), dtype=dtype).element_size() * _vecs(name) // 4
+    v = 16 // torch.empty((), dtype=dtype).element_size()
     for vecs, rows in ((128, 256 * sms), (512, 64 * sms), (2048, 16 * sms), (4096, 8 * sms)):
         x = torch.randn(rows, vecs * v, device="cuda", dtype=dtype)
         g = torch.randn_like(x)
@@ -227,6 +220,17 @@ def test_layer_norm_gradients_over_its_layouts():
     bias_only = spec.args({"bias": given["bias"], "eps": 1e-5})
     assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), bias_only, True) is None
     assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), bias_only, False) is not None
+
+
+@pytest.mark.parametrize("name", ["cumsum", "softmax", "rms_norm"])
+def test_backward_op_takes_a_negative_dim(name):
+    """The backward custom op called with dim -1, as the forward one may be: the same
+    gradient as with the dim wrapped (unwrapped, cumsum's reverse scan reached past x)."""
+    spec = REGISTRY[name]
+    x = torch.randn(3, 40, device="cuda")
+    g = torch.randn_like(x)
+    wrapped, negative = (spec.backward_op(g, *op_inputs(name, x, d), False) for d in (1, -1))
+    assert torch.equal(wrapped[0], negative[0])
 
 
 def test_strided_norms_and_cumprod_take_the_composite():

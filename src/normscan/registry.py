@@ -551,6 +551,8 @@ class OpSpec:
         gradients, where given, when the last argument (param_grads) is true]."""
         *inputs, param_grads = inputs
         x, dim, args = self.from_op_inputs(inputs)
+        if self.region == "dim":  # the op's caller may pass a negative dim (the kernels take it wrapped)
+            dim = wrap_dim(self.name, dim, x.dim())
         if x.is_cuda:
             fused = self.family.backward(self, grad, x, dim, args, param_grads)
             if fused is not None:

@@ -70,9 +70,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   using Gradient = typename Op::Gradient;
+  // A centered op's staged rows are read from shared memory on each of their three passes,
+  // not held in registers: beside the weight, dw and db, 16-bit rows of 4 vectors a thread
+  // spilled at 128 registers (36-72 bytes).
+  constexpr bool ROWS_IN_SMEM = STAGED && Op::kCentered;
   // Each element's value (the softmaxes' exp) replaces x in its registers where T holds it
   // exactly: computed once, not again for dx.
-  constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A);
+  constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A) && !ROWS_IN_SMEM;
   using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
   // What a row's shift is found from: a max-shifted op's maximum, a centered op's first sums.
   using Shift = std::conditional_t<Op::kCentered, Sums, A>;
@@ -154,15 +158,18 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     const int64_t row = base + group;
     const bool active = row < a.view.outer;
     VT xv[NV], gv[NV];
+    const int held = stage;  // this row's stage (staged rows)
     if constexpr (STAGED) {
       stage_in(base + (STAGES - 1) * step, stage == 0 ? STAGES - 1 : stage - 1);
       cp_async_wait_groups<STAGES - 1>();  // this row's copies have landed
+      if constexpr (!ROWS_IN_SMEM) {
 #pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (active && has(k)) {
-          xv[k] = *slot(stage, 0, k);
-          gv[k] = *slot(stage, 1, k);
-        }
+        for (int k = 0; k < NV; ++k)
+          if (active && has(k)) {
+            xv[k] = *slot(stage, 0, k);
+            gv[k] = *slot(stage, 1, k);
+          }
+      }
       stage = stage + 1 == STAGES ? 0 : stage + 1;
     } else {
       const int64_t r = active ? row : 0;
@@ -173,6 +180,15 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
           gv[k] = load_vec<T, V>(a.g + r * a.g_so + col(k));
         }
     }
+    // This thread's vector k of the row, of x and of g.
+    auto x_at = [&](int k) -> VT {
+      if constexpr (ROWS_IN_SMEM) return *slot(held, 0, k);
+      else return xv[k];
+    };
+    auto g_at = [&](int k) -> VT {
+      if constexpr (ROWS_IN_SMEM) return *slot(held, 1, k);
+      else return gv[k];
+    };
     A shift = A(0);
     if constexpr (Op::kMaxShifted) {
       A m = MaxOp::identity<A>();
@@ -196,10 +212,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
+          const VT xk = x_at(k), gk = g_at(k);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
-            const Sums t = Gradient::shift_terms(Convert<T>::to_acc(xv[k].v[i]) - pilot,
-                                                 weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
+            const Sums t = Gradient::shift_terms(Convert<T>::to_acc(xk.v[i]) - pilot,
+                                                 weighted(Convert<T>::to_acc(gk.v[i]), k, i));
             first.a += t.a;
             first.b += t.b;
           }
@@ -214,11 +231,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
+        const VT xk = x_at(k), gk = g_at(k);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const A v = Gradient::template value<T>(shifted<Op>(Convert<T>::to_acc(xv[k].v[i]), shift));
+          const A v = Gradient::template value<T>(shifted<Op>(Convert<T>::to_acc(xk.v[i]), shift));
           if constexpr (KEEPS_VALUES) xv[k].v[i] = v;
-          const Sums t = Gradient::terms(v, weighted(Convert<T>::to_acc(gv[k].v[i]), k, i));
+          const Sums t = Gradient::terms(v, weighted(Convert<T>::to_acc(gk.v[i]), k, i));
           sd.a += t.a;
           sd.b += t.b;
         }
@@ -235,10 +253,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
+        const VT xk = x_at(k), gk = g_at(k);
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
-          const A xa = Convert<T>::to_acc(xv[k].v[i]), ga = Convert<T>::to_acc(gv[k].v[i]);
+          const A xa = Convert<T>::to_acc(xk.v[i]), ga = Convert<T>::to_acc(gk.v[i]);
           const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
           out[i] = Gradient::grad(v, weighted(ga, k, i), coefs);
           if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);

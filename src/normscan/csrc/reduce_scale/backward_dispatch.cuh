@@ -27,9 +27,6 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT  // 1: max-shifted ops' rows of a block stay persistent
 #define NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT 1
 #endif
-#ifndef NORMSCAN_BACKWARD_CENTERED_WEIGHTED_VECS  // vectors a thread of a centered op with its weight
-#define NORMSCAN_BACKWARD_CENTERED_WEIGHTED_VECS 2
-#endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
 // (kMaxPortableCluster) a row, whichever is the first to hold it. A weighted op's: a
@@ -39,16 +36,12 @@ namespace normscan {
 // 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the max-shifted ops' rows of
 // a block, which measured slower so (fp32 softmax 32768x4096 0.540 -> 0.555, and 0.540 ->
 // 0.548 with each exp computed once: NOTES.md). A centered op (layer_norm) carries its mean's
-// sums too: its kernels spilled at 64 registers (a block a row group) and, with the weight's
-// and the bias's sums of 4 vectors a thread, at 128 (16-bit: 36-72 bytes): they take the
-// persistent grid, with 2 vectors a thread where they sum dw and db.
-template <int NV> struct PersistentRows {
-  template <int BLOCK, int TPR, bool CLUSTER = false>
-  using Config = BackwardRowsConfig<BLOCK, TPR, NV, (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK,
-                                    NORMSCAN_BACKWARD_STAGES, CLUSTER>;
-};
+// sums too: its kernels spilled at 64 registers (a block a row group): they take the
+// persistent grid, whose staged rows they read from shared memory (backward.cuh).
 template <int BLOCK, int TPR, bool CLUSTER = false>
-using BackwardRows = typename PersistentRows<NORMSCAN_BACKWARD_VECS>::template Config<BLOCK, TPR, CLUSTER>;
+using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
+                                        (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
+                                        CLUSTER>;
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRowsPerGroup =
     BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
@@ -99,12 +92,7 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
 template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
   using Persistent = BackwardRowsSet<BackwardRows>;
-  using Set = std::conditional_t<
-      Op::kCentered,
-      std::conditional_t<WEIGHTED,
-                         BackwardRowsSet<PersistentRows<NORMSCAN_BACKWARD_CENTERED_WEIGHTED_VECS>::template Config>,
-                         Persistent>,
-      std::conditional_t<WEIGHTED, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>>;
+  using Set = std::conditional_t<WEIGHTED || Op::kCentered, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>;
   using Block = std::conditional_t<Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT,
                                    typename Persistent::Block, typename Set::Block>;
   if (nvec <= Set::OneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::OneWarp, V, WEIGHTED>{1}), true;
