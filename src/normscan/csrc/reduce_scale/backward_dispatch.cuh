@@ -27,6 +27,9 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT  // 1: max-shifted ops' rows of a block stay persistent
 #define NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT 1
 #endif
+#ifndef NORMSCAN_BACKWARD_CENTERED_BLOCK  // NORMSCAN_BACKWARD_BLOCK for a centered op's rows
+#define NORMSCAN_BACKWARD_CENTERED_BLOCK 256
+#endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
 // (kMaxPortableCluster) a row, whichever is the first to hold it. A weighted op's: a
@@ -37,7 +40,10 @@ namespace normscan {
 // a block, which measured slower so (fp32 softmax 32768x4096 0.540 -> 0.555, and 0.540 ->
 // 0.548 with each exp computed once: NOTES.md). A centered op (layer_norm) carries its mean's
 // sums too: its kernels spilled at 64 registers (a block a row group): they take the
-// persistent grid, whose staged rows they read from shared memory (backward.cuh).
+// persistent grid, whose staged rows they read from shared memory (backward.cuh), on blocks
+// (clusters) of 256 threads, two a SM, where those hold the row (H100, fp32 layer_norm
+// 32768x4096 0.703 -> 0.556 ms, 8192x32768 1.441 -> 1.334: a block's three passes and two
+// reductions a row overlap the other block's), else of 512.
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
@@ -46,11 +52,14 @@ template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRowsPerGroup =
     BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
                        1, CLUSTER, false>;
-template <template <int, int, bool> class Rows> struct BackwardRowsSet {
+// BLOCK: the threads of a block (a row's) of Block and Cluster; WideCluster's blocks hold
+// the longest rows.
+template <template <int, int, bool> class Rows, int BLOCK = NORMSCAN_BACKWARD_BLOCK> struct BackwardRowsSet {
   using OneWarp = Rows<256, 32, false>;
   using FourWarps = Rows<256, 128, false>;
-  using Block = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
-  using Cluster = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
+  using Block = Rows<BLOCK, BLOCK, false>;
+  using Cluster = Rows<BLOCK, BLOCK, true>;
+  using WideCluster = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
 };
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
@@ -92,16 +101,21 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
 template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
   using Persistent = BackwardRowsSet<BackwardRows>;
-  using Set = std::conditional_t<WEIGHTED || Op::kCentered, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>;
+  using Set = std::conditional_t<Op::kCentered, BackwardRowsSet<BackwardRows, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
+                                 std::conditional_t<WEIGHTED, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>>;
   using Block = std::conditional_t<Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT,
                                    typename Persistent::Block, typename Set::Block>;
   if (nvec <= Set::OneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::OneWarp, V, WEIGHTED>{1}), true;
   if (nvec <= Set::FourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::FourWarps, V, WEIGHTED>{1}), true;
   if (nvec <= Block::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, Block, V, WEIGHTED>{1}), true;
   const int64_t max_cluster = major >= 9 ? kMaxPortableCluster : 1;
-  if (nvec > Set::Cluster::kVecsPerBlock * max_cluster) return false;
-  const int cluster = static_cast<int>(ceil_div(nvec, Set::Cluster::kVecsPerBlock));
-  return f(BackwardRowsPlan<T, Op, typename Set::Cluster, V, WEIGHTED>{cluster}), true;
+  if (nvec <= Set::Cluster::kVecsPerBlock * max_cluster) {
+    const int cluster = static_cast<int>(ceil_div(nvec, Set::Cluster::kVecsPerBlock));
+    return f(BackwardRowsPlan<T, Op, typename Set::Cluster, V, WEIGHTED>{cluster}), true;
+  }
+  if (nvec > Set::WideCluster::kVecsPerBlock * max_cluster) return false;
+  const int cluster = static_cast<int>(ceil_div(nvec, Set::WideCluster::kVecsPerBlock));
+  return f(BackwardRowsPlan<T, Op, typename Set::WideCluster, V, WEIGHTED>{cluster}), true;
 }
 
 // Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
