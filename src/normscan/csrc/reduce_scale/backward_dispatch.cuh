@@ -52,15 +52,21 @@ template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRowsPerGroup =
     BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
                        1, CLUSTER, false>;
-// BLOCK: the threads of a block (a row's) of Block and Cluster; WideCluster's blocks hold
-// the longest rows.
-template <template <int, int, bool> class Rows, int BLOCK = NORMSCAN_BACKWARD_BLOCK> struct BackwardRowsSet {
-  using OneWarp = Rows<256, 32, false>;
-  using FourWarps = Rows<256, 128, false>;
-  using Block = Rows<BLOCK, BLOCK, false>;
-  using Cluster = Rows<BLOCK, BLOCK, true>;
-  using WideCluster = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
-};
+// The rungs of configurations an op's rows climb, in order: the first that holds a row
+// takes it (a cluster rung: up to kMaxPortableCluster blocks of it).
+template <typename... Cfgs> struct BackwardRungs {};
+template <template <int, int, bool> class Rows, typename Block>
+using CommonRungs = BackwardRungs<Rows<256, 32, false>, Rows<256, 128, false>, Block,
+                                  Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>>;
+template <template <int, int, bool> class Rows>
+using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
+// A centered op's: a rung between each of the others (a row fills each rung it takes more
+// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then of the widest.
+using CenteredRungs =
+    BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
+                  BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
+                  BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
+                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
 // of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block
@@ -96,26 +102,30 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
                                                                     stride, length, dw);
 }
 
+// Calls f(plan) with the first of `rungs` that holds rows of nvec V-element vectors, with at
+// most max_cluster blocks a cluster; false where none does.
+template <typename T, typename Op, int V, bool WEIGHTED, typename F, typename... Cfgs>
+inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, F&& f) {
+  const auto holds = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    const int64_t blocks = nvec > 0 ? ceil_div(nvec, Cfg::kVecsPerBlock) : 1;  // empty rows: a block of the first
+    if (blocks > (Cfg::kCluster ? max_cluster : 1)) return false;
+    f(BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED>{static_cast<int>(blocks)});
+    return true;
+  };
+  return (holds(Cfgs{}) || ...);
+}
+
 // Calls f(plan) for the kernel that holds rows of nvec V-element vectors on a device of
 // compute capability `major`; false where none does.
 template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
-  using Persistent = BackwardRowsSet<BackwardRows>;
-  using Set = std::conditional_t<Op::kCentered, BackwardRowsSet<BackwardRows, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
-                                 std::conditional_t<WEIGHTED, Persistent, BackwardRowsSet<BackwardRowsPerGroup>>>;
-  using Block = std::conditional_t<Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT,
-                                   typename Persistent::Block, typename Set::Block>;
-  if (nvec <= Set::OneWarp::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::OneWarp, V, WEIGHTED>{1}), true;
-  if (nvec <= Set::FourWarps::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, typename Set::FourWarps, V, WEIGHTED>{1}), true;
-  if (nvec <= Block::kVecsPerBlock) return f(BackwardRowsPlan<T, Op, Block, V, WEIGHTED>{1}), true;
-  const int64_t max_cluster = major >= 9 ? kMaxPortableCluster : 1;
-  if (nvec <= Set::Cluster::kVecsPerBlock * max_cluster) {
-    const int cluster = static_cast<int>(ceil_div(nvec, Set::Cluster::kVecsPerBlock));
-    return f(BackwardRowsPlan<T, Op, typename Set::Cluster, V, WEIGHTED>{cluster}), true;
-  }
-  if (nvec > Set::WideCluster::kVecsPerBlock * max_cluster) return false;
-  const int cluster = static_cast<int>(ceil_div(nvec, Set::WideCluster::kVecsPerBlock));
-  return f(BackwardRowsPlan<T, Op, typename Set::WideCluster, V, WEIGHTED>{cluster}), true;
+  using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
+                                   BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
+  using Rungs = std::conditional_t<Op::kCentered, CenteredRungs,
+                                   std::conditional_t<WEIGHTED, CommonRungs<BackwardRows, Block>,
+                                                      CommonRungs<BackwardRowsPerGroup, Block>>>;
+  return with_first_rung<T, Op, V, WEIGHTED>(Rungs{}, nvec, major >= 9 ? kMaxPortableCluster : 1, f);
 }
 
 // Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
