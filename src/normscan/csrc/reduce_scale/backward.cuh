@@ -204,43 +204,39 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #endif
       shift = m;
     }
-    Sums first{A(0), A(0)};  // a centered op's first sums
-    if constexpr (Op::kCentered) {
-      // The mean as the forward finds it: the row's first element plus the mean of the
-      // differences from it.
-      const A pilot = active ? Convert<T>::to_acc(a.x[row * a.view.x_so]) : A(0);
+    // This thread's two sums of pair(x, g, k, i) over its elements i of vectors k of the row.
+    auto thread_sums = [&](auto pair) {
+      Sums s{A(0), A(0)};
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
           const VT xk = x_at(k), gk = g_at(k);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
-            const Sums t = Gradient::shift_terms(Convert<T>::to_acc(xk.v[i]) - pilot,
-                                                 weighted(Convert<T>::to_acc(gk.v[i]), k, i));
-            first.a += t.a;
-            first.b += t.b;
+            const Sums t = pair(Convert<T>::to_acc(xk.v[i]), Convert<T>::to_acc(gk.v[i]), k, i);
+            s.a += t.a;
+            s.b += t.b;
           }
         }
+      return s;
+    };
+    Sums first{A(0), A(0)};  // a centered op's first sums
+    if constexpr (Op::kCentered) {
+      // The mean as the forward finds it: the row's first element plus the mean of the
+      // differences from it.
+      const A pilot = active ? Convert<T>::to_acc(a.x[row * a.view.x_so]) : A(0);
+      first = thread_sums([&](A x, A g, int k, int i) { return Gradient::shift_terms(x - pilot, weighted(g, k, i)); });
       first = block_group_reduce<SumPairOp, WARPS_PER_ROW>(first, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) first = cluster_shift.template reduce<SumPairOp>(first, csize, crank, visit);
 #endif
       shift = pilot + first.a / A(n);
     }
-    Sums sd{A(0), A(0)};
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (active && has(k)) {
-        const VT xk = x_at(k), gk = g_at(k);
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const A v = Gradient::template value<T>(shifted<Op>(Convert<T>::to_acc(xk.v[i]), shift));
-          if constexpr (KEEPS_VALUES) xv[k].v[i] = v;
-          const Sums t = Gradient::terms(v, weighted(Convert<T>::to_acc(gk.v[i]), k, i));
-          sd.a += t.a;
-          sd.b += t.b;
-        }
-      }
+    Sums sd = thread_sums([&](A x, A g, int k, int i) {
+      const A v = Gradient::template value<T>(shifted<Op>(x, shift));
+      if constexpr (KEEPS_VALUES) xv[k].v[i] = v;
+      return Gradient::terms(v, weighted(g, k, i));
+    });
     sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(sd, warp_part[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
     if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
