@@ -311,10 +311,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 }
 
 // dw from dw_part's first `length` columns ([slots][stride]): each column's slots added in
-// fp64 and written in the weight's dtype, one launch (in fp32, the slots of 1000 rows of 37 erred up to 2x PyTorch's
-// own error: NOTES.md). A block takes COLS columns at a time, LANES threads a column, each
-// adding every LANES-th slot in order, then the lanes in order: the same partial sums give
-// the same bits.
+// fp64 and written in the weight's dtype, one launch (in fp32, the slots of 1000 rows of 37
+// erred up to 2x PyTorch's own error: NOTES.md). A block takes COLS columns at a time, LANES
+// threads a column, each adding every LANES-th slot in order, then the lanes in order: the
+// same partial sums give the same bits.
 template <typename T, int COLS, int LANES>
 __global__ void __launch_bounds__(COLS * LANES)
     reduce_scale_dw_sum_kernel(const acc_t<T>* part, int64_t slots, int64_t stride, int64_t length, T* dw) {
