@@ -54,9 +54,9 @@ __device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
 // alternate: no block can be two rounds ahead of another, since a round needs every block's
 // value, given before that block reads the round before (the caller's block barrier
 // between, as in block_group_reduce). In shared memory; init(csize) by every thread, then a
-// cluster barrier before the first round.
-template <typename A> struct ClusterRounds {
-  A value[2][kMaxPortableCluster];
+// cluster barrier before the first round. N: the most blocks a cluster has.
+template <typename A, int N = kMaxPortableCluster> struct ClusterRounds {
+  A value[2][N];
   uint64_t full[2];
 
   __device__ __forceinline__ void init(int csize) {

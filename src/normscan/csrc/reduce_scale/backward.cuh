@@ -41,17 +41,25 @@ template <typename T> struct ReduceScaleBackwardArgs {
 
 // PERSISTENT: a grid of the resident blocks (clusters), each visiting a fixed set of row
 // groups (a weight's gradient is summed per block: dw_part); else a block (cluster) a row group.
-template <int BLOCK, int TPR, int NV, int MINB, int STAGES, bool CLUSTER = false, bool PERSISTENT = true>
+// IN_SMEM: rows of 16-byte vectors are read from shared memory on each pass, not held in
+// registers (then one stage stages them too).
+// MAX_CLUSTER: the most blocks a cluster of it (CLUSTER) has.
+template <int BLOCK, int TPR, int NV, int MINB, int STAGES, bool CLUSTER = false, bool PERSISTENT = true,
+          bool IN_SMEM = false, int MAX_CLUSTER = kMaxPortableCluster>
 struct BackwardRowsConfig {
   static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kVecs = NV, kMinBlocks = MINB, kStages = STAGES;
   static constexpr int kGroups = BLOCK / TPR;  // rows a block holds at once
-  static constexpr bool kCluster = CLUSTER, kPersistent = PERSISTENT;
+  static constexpr bool kCluster = CLUSTER, kPersistent = PERSISTENT, kRowsInSmem = IN_SMEM;
+  static constexpr int kMaxCluster = CLUSTER ? MAX_CLUSTER : 1;
   static constexpr int64_t kVecsPerBlock = int64_t(TPR) * NV;  // of one row
   // Staged: rows of 16-byte vectors (others load straight into registers).
-  template <typename T, int V> static __host__ __device__ constexpr bool staged() { return STAGES > 1 && sizeof(T) * V == 16; }
-  // Dynamic shared memory: the stages of x and g, or the row groups' dw sums at the end.
+  template <typename T, int V> static __host__ __device__ constexpr bool staged() {
+    return (STAGES > 1 || IN_SMEM) && sizeof(T) * V == 16;
+  }
+  // Dynamic shared memory: the stages of x and g (rows in shared memory: the weight after
+  // them), or the row groups' dw sums at the end.
   template <typename T, int V, bool WEIGHTED> static constexpr size_t smem_bytes() {
-    const size_t stages = staged<T, V>() ? size_t(STAGES) * 2 * NV * BLOCK * 16 : 0;
+    const size_t stages = staged<T, V>() ? size_t(STAGES * 2 + (IN_SMEM && WEIGHTED)) * NV * BLOCK * 16 : 0;
     const size_t sums = WEIGHTED && kGroups > 1 ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
     return stages > sums ? stages : sums;
   }
@@ -73,7 +81,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // A centered op's staged rows are read from shared memory on each of their three passes,
   // not held in registers: beside the weight, dw and db, 16-bit rows of 4 vectors a thread
   // spilled at 128 registers (36-72 bytes).
-  constexpr bool ROWS_IN_SMEM = STAGED && Op::kCentered;
+  constexpr bool ROWS_IN_SMEM = STAGED && (Op::kCentered || Cfg::kRowsInSmem);
   // Each element's value (the softmaxes' exp) replaces x in its registers where T holds it
   // exactly: computed once, not again for dx.
   constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A) && !ROWS_IN_SMEM;
@@ -81,6 +89,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // What a row's shift is found from: a max-shifted op's maximum, a centered op's first sums.
   using Shift = std::conditional_t<Op::kCentered, Sums, A>;
   constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
+  // The long rows' rung keeps the weight in shared memory too (its registers spilled 64-112
+  // bytes with it there: NOTES.md).
+  constexpr bool WEIGHT_IN_SMEM = WEIGHTED && STAGED && Cfg::kRowsInSmem;
   __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
   __shared__ Shift warp_shift[2][BLOCK / 32];  // the same for the shift's reduction
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
@@ -88,8 +99,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
-  __shared__ ClusterRounds<Sums> cluster_sums;
-  __shared__ ClusterRounds<Shift> cluster_shift;
+  __shared__ ClusterRounds<Sums, Cfg::kMaxCluster> cluster_sums;
+  __shared__ ClusterRounds<Shift, Cfg::kMaxCluster> cluster_shift;
   if (csize > 1) {
     cluster_sums.init(csize);
     if constexpr (kShifted<Op>) cluster_shift.init(csize);
@@ -109,6 +120,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // Stage s of tensor j (0: x, 1: g), this thread's vector k: consecutive threads, consecutive
   // 16 bytes.
   auto slot = [&](int s, int j, int k) { return reinterpret_cast<VT*>(smem + ((s * 2 + j) * NV + k) * BLOCK + threadIdx.x); };
+  // The weight's vector k past the stages, where it is kept there.
+  auto weight_slot = [&](int k) { return reinterpret_cast<VT*>(smem + (STAGES * 2 * NV + k) * BLOCK + threadIdx.x); };
 
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;  // the block's first row group
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
@@ -132,13 +145,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
     for (int s = 0; s + 1 < STAGES; ++s) stage_in(first + s * step, s);
   }
-  VT wv[NV];  // this thread's weight vectors (unused without one)
+  VT wv[NV];  // this thread's weight vectors (unused without one, or where kept in shared memory)
   A dw[NV][V];
   A db[BIAS_GRAD ? NV : 1][V];
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     if constexpr (WEIGHTED) {
-      if (has(k)) wv[k] = load_vec<T, V>(a.w + col(k));
+      if (has(k)) {
+        if constexpr (WEIGHT_IN_SMEM) *weight_slot(k) = load_vec<T, V>(a.w + col(k));
+        else wv[k] = load_vec<T, V>(a.w + col(k));
+      }
     }
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -146,8 +162,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       if constexpr (BIAS_GRAD) db[k][i] = A(0);
     }
   }
-  auto weighted = [&](A ga, int k, int i) {
-    if constexpr (WEIGHTED) return ga * Convert<T>::to_acc(wv[k].v[i]);
+  auto w_at = [&](int k) -> VT {
+    if constexpr (!WEIGHTED) return VT{};
+    else if constexpr (WEIGHT_IN_SMEM) return *weight_slot(k);
+    else return wv[k];
+  };
+  auto weighted = [&](A ga, const VT& wk, int i) {
+    if constexpr (WEIGHTED) return ga * Convert<T>::to_acc(wk.v[i]);
     return ga;
   };
 
@@ -195,8 +216,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
+          const VT xk = x_at(k);
 #pragma unroll
-          for (int i = 0; i < V; ++i) m = MaxOp::apply(m, Convert<T>::to_acc(xv[k].v[i]));
+          for (int i = 0; i < V; ++i) m = MaxOp::apply(m, Convert<T>::to_acc(xk.v[i]));
         }
       m = block_group_reduce<MaxOp, WARPS_PER_ROW>(m, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
@@ -204,16 +226,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #endif
       shift = m;
     }
-    // This thread's two sums of pair(x, g, k, i) over its elements i of vectors k of the row.
+    // This thread's two sums of pair(x, g * w, k, i) over its elements i of vectors k of the row.
     auto thread_sums = [&](auto pair) {
       Sums s{A(0), A(0)};
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
-          const VT xk = x_at(k), gk = g_at(k);
+          const VT xk = x_at(k), gk = g_at(k), wk = w_at(k);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
-            const Sums t = pair(Convert<T>::to_acc(xk.v[i]), Convert<T>::to_acc(gk.v[i]), k, i);
+            const Sums t = pair(Convert<T>::to_acc(xk.v[i]), weighted(Convert<T>::to_acc(gk.v[i]), wk, i), k, i);
             s.a += t.a;
             s.b += t.b;
           }
@@ -225,17 +247,17 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       // The mean as the forward finds it: the row's first element plus the mean of the
       // differences from it.
       const A pilot = active ? Convert<T>::to_acc(a.x[row * a.view.x_so]) : A(0);
-      first = thread_sums([&](A x, A g, int k, int i) { return Gradient::shift_terms(x - pilot, weighted(g, k, i)); });
+      first = thread_sums([&](A x, A gw, int, int) { return Gradient::shift_terms(x - pilot, gw); });
       first = block_group_reduce<SumPairOp, WARPS_PER_ROW>(first, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) first = cluster_shift.template reduce<SumPairOp>(first, csize, crank, visit);
 #endif
       shift = pilot + first.a / A(n);
     }
-    Sums sd = thread_sums([&](A x, A g, int k, int i) {
+    Sums sd = thread_sums([&](A x, A gw, int k, int i) {
       const A v = Gradient::template value<T>(shifted<Op>(x, shift));
       if constexpr (KEEPS_VALUES) xv[k].v[i] = v;
-      return Gradient::terms(v, weighted(g, k, i));
+      return Gradient::terms(v, gw);
     });
     sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(sd, warp_part[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
@@ -249,13 +271,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
-        const VT xk = x_at(k), gk = g_at(k);
+        const VT xk = x_at(k), gk = g_at(k), wk = w_at(k);
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const A xa = Convert<T>::to_acc(xk.v[i]), ga = Convert<T>::to_acc(gk.v[i]);
           const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
-          out[i] = Gradient::grad(v, weighted(ga, k, i), coefs);
+          out[i] = Gradient::grad(v, weighted(ga, wk, i), coefs);
           if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);
           if constexpr (BIAS_GRAD) db[k][i] += ga;
         }

@@ -32,7 +32,8 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
       // Partial sums a position: dw's, and a biased op's db beside it.
       const int sums_each = Op::kBiased ? 2 : 1;
       const int64_t sums = v.length * sums_each;
-      launched = with_reduce_scale_backward<T, Op>(a, d.major, [&](auto plan) {
+      cudaError_t asked = cudaSuccess;
+      launched = with_reduce_scale_backward<T, Op>(a, d.major, &asked, [&](auto plan) {
         if (weight_grad) {
           int64_t slots = 0;
           check_cuda(plan.slots(v, &slots), "sizing the weight gradient's partial sums");
@@ -58,6 +59,7 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
           }
         }
       });
+      check_cuda(asked, "asking the device which thread-block clusters it runs");
     });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });

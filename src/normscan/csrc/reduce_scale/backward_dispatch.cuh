@@ -30,6 +30,21 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_CENTERED_BLOCK  // NORMSCAN_BACKWARD_BLOCK for a centered op's rows
 #define NORMSCAN_BACKWARD_CENTERED_BLOCK 256
 #endif
+#ifndef NORMSCAN_BACKWARD_LONG_VECS  // vectors of x (and of g) a thread of the long rows' rung holds
+#define NORMSCAN_BACKWARD_LONG_VECS 8
+#endif
+#ifndef NORMSCAN_BACKWARD_LONG_BLOCK  // threads a block of it, for an op without a weight
+#define NORMSCAN_BACKWARD_LONG_BLOCK 256
+#endif
+#ifndef NORMSCAN_BACKWARD_LONG_CLUSTER  // the most blocks a cluster of it has (past 8: non-portable)
+#define NORMSCAN_BACKWARD_LONG_CLUSTER 16
+#endif
+#ifndef NORMSCAN_BACKWARD_LONG_WEIGHTED_BLOCK  // the same for a weighted op's
+#define NORMSCAN_BACKWARD_LONG_WEIGHTED_BLOCK 512
+#endif
+#ifndef NORMSCAN_BACKWARD_LONG_WEIGHTED_CLUSTER
+#define NORMSCAN_BACKWARD_LONG_WEIGHTED_CLUSTER 8
+#endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
 // (kMaxPortableCluster) a row, whichever is the first to hold it. A weighted op's: a
@@ -54,20 +69,33 @@ using BackwardRowsPerGroup =
     BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
                        1, CLUSTER, false>;
 // The rungs of configurations an op's rows climb, in order: the first that holds a row
-// takes it (a cluster rung: up to kMaxPortableCluster blocks of it).
+// takes it (a cluster rung: up to its kMaxCluster blocks).
 template <typename... Cfgs> struct BackwardRungs {};
-template <template <int, int, bool> class Rows, typename Block>
+// The last rung, for rows past the others: a cluster on a persistent grid whose blocks hold
+// their share of x and g in shared memory alone (twice the vectors a thread, one stage: the
+// next row is not on its way) and a weighted op's weight there too; a cluster of up to 16
+// blocks of 64 KB, two a SM, without a weight, and of up to 8 of 128 KB (192 KB with the
+// weight), one a SM, with one (NOTES.md, "Long rows' backward").
+template <int BLOCK, int CLUSTER>
+using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_LONG_VECS, 512 / BLOCK, 1, true, true, true, CLUSTER>;
+template <bool WEIGHTED>
+using LongRung = std::conditional_t<WEIGHTED, LongRows<NORMSCAN_BACKWARD_LONG_WEIGHTED_BLOCK, NORMSCAN_BACKWARD_LONG_WEIGHTED_CLUSTER>,
+                                    LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, NORMSCAN_BACKWARD_LONG_CLUSTER>>;
+template <template <int, int, bool> class Rows, typename Block, bool WEIGHTED>
 using CommonRungs = BackwardRungs<Rows<256, 32, false>, Rows<256, 128, false>, Block,
-                                  Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>>;
+                                  Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, LongRung<WEIGHTED>>;
 template <template <int, int, bool> class Rows>
 using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
-// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then of the widest.
+// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then of the widest, then
+// Long (none for 16-bit rows with a weight: the long rung's dw and db, 64 elements a thread
+// each, spilled 232-260 bytes).
+template <typename... Long>
 using CenteredRungs =
     BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
                   BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
                   BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
-                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>>;
+                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, Long...>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
 // of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block
@@ -85,6 +113,8 @@ template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct Ba
     *out = clusters;
     return err;
   }
+  // Clusters of it the device holds at once (0: none can run, as a non-portable size may not).
+  cudaError_t resident(int64_t* out) const { return resident_units<kernel>(dim3(Cfg::kBlock), cluster, kSmem, out); }
   cudaError_t launch(const ReduceScaleBackwardArgs<T>& a, cudaStream_t stream) const {
     return launch_units<kernel>(Cfg::kPersistent ? Grid::Persistent : Grid::PerUnit, dim3(Cfg::kBlock), cluster,
                                 units(a.view), kSmem, stream, a);
@@ -104,37 +134,47 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
 }
 
 // Calls f(plan) with the first of `rungs` that holds rows of nvec V-element vectors, with at
-// most max_cluster blocks a cluster; false where none does.
+// most max_cluster blocks a cluster (and a non-portable size only where the device runs it);
+// false where none does. *err: a failure to ask the device (then true, f not called).
 template <typename T, typename Op, int V, bool WEIGHTED, typename F, typename... Cfgs>
-inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, F&& f) {
+inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, cudaError_t* err, F&& f) {
   const auto holds = [&](auto cfg) {
     using Cfg = decltype(cfg);
     const int64_t blocks = nvec > 0 ? ceil_div(nvec, Cfg::kVecsPerBlock) : 1;  // empty rows: a block of the first
-    if (blocks > (Cfg::kCluster ? max_cluster : 1)) return false;
-    f(BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED>{static_cast<int>(blocks)});
+    if (blocks > min64(max_cluster, Cfg::kMaxCluster)) return false;
+    const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED> plan{static_cast<int>(blocks)};
+    if (blocks > kMaxPortableCluster) {
+      int64_t fit = 0;
+      *err = plan.resident(&fit);
+      if (*err != cudaSuccess) return true;
+      if (fit == 0) return false;
+    }
+    f(plan);
     return true;
   };
   return (holds(Cfgs{}) || ...);
 }
 
 // Calls f(plan) for the kernel that holds rows of nvec V-element vectors on a device of
-// compute capability `major`; false where none does.
+// compute capability `major`; false where none does (*err as with_first_rung's).
 template <typename T, typename Op, int V, bool WEIGHTED, typename F>
-inline bool with_backward_rows_of(int64_t nvec, int major, F&& f) {
+inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
                                    BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
-  using Rungs = std::conditional_t<Op::kCentered, CenteredRungs,
-                                   std::conditional_t<WEIGHTED, CommonRungs<BackwardRows, Block>,
-                                                      CommonRungs<BackwardRowsPerGroup, Block>>>;
-  return with_first_rung<T, Op, V, WEIGHTED>(Rungs{}, nvec, major >= 9 ? kMaxPortableCluster : 1, f);
+  using Centered = std::conditional_t<WEIGHTED && sizeof(T) == 2, CenteredRungs<>, CenteredRungs<LongRung<WEIGHTED>>>;
+  using Rungs = std::conditional_t<Op::kCentered, Centered,
+                                   std::conditional_t<WEIGHTED, CommonRungs<BackwardRows, Block, true>,
+                                                      CommonRungs<BackwardRowsPerGroup, Block, false>>>;
+  return with_first_rung<T, Op, V, WEIGHTED>(Rungs{}, nvec, major >= 9 ? kMaxCluster : 1, err, f);
 }
 
 // Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
 // along the reduced dim) held on chip, in 16-byte vectors where every row of the three
 // (and the weight) starts aligned and holds whole vectors. False where no kernel serves them
-// (every layout, for an op without a fused backward).
+// (every layout, for an op without a fused backward). *err: a failure to ask the device which
+// cluster it runs (then true, f not called).
 template <typename T, typename Op, typename F>
-inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T>& a, int major, F&& f) {
+inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T>& a, int major, cudaError_t* err, F&& f) {
   if constexpr (!Op::kFusedBackward) {
     return false;
   } else {
@@ -146,12 +186,12 @@ inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T>& a, int 
                      (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0));
     if constexpr (Op::kWeighted) {
       if (a.w != nullptr) {
-        return vec ? with_backward_rows_of<T, Op, V, true>(v.length / V, major, f)
-                   : with_backward_rows_of<T, Op, 1, true>(v.length, major, f);
+        return vec ? with_backward_rows_of<T, Op, V, true>(v.length / V, major, err, f)
+                   : with_backward_rows_of<T, Op, 1, true>(v.length, major, err, f);
       }
     }
-    return vec ? with_backward_rows_of<T, Op, V, false>(v.length / V, major, f)
-               : with_backward_rows_of<T, Op, 1, false>(v.length, major, f);
+    return vec ? with_backward_rows_of<T, Op, V, false>(v.length / V, major, err, f)
+               : with_backward_rows_of<T, Op, 1, false>(v.length, major, err, f);
   }
 }
 
