@@ -33,17 +33,17 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_LONG_VECS  // vectors of x (and of g) a thread of the long rows' rung holds
 #define NORMSCAN_BACKWARD_LONG_VECS 8
 #endif
-#ifndef NORMSCAN_BACKWARD_LONG_BLOCK  // threads a block of it, for an op without a weight
-#define NORMSCAN_BACKWARD_LONG_BLOCK 256
+#ifndef NORMSCAN_BACKWARD_LONG_BLOCK  // threads a block of it
+#define NORMSCAN_BACKWARD_LONG_BLOCK 512
 #endif
 #ifndef NORMSCAN_BACKWARD_LONG_CLUSTER  // the most blocks a cluster of it has (past 8: non-portable)
-#define NORMSCAN_BACKWARD_LONG_CLUSTER 16
+#define NORMSCAN_BACKWARD_LONG_CLUSTER 8
 #endif
-#ifndef NORMSCAN_BACKWARD_LONG_WEIGHTED_BLOCK  // the same for a weighted op's
-#define NORMSCAN_BACKWARD_LONG_WEIGHTED_BLOCK 512
+#ifndef NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK  // the same for the max-shifted ops'
+#define NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK 256
 #endif
-#ifndef NORMSCAN_BACKWARD_LONG_WEIGHTED_CLUSTER
-#define NORMSCAN_BACKWARD_LONG_WEIGHTED_CLUSTER 8
+#ifndef NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER
+#define NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER 16
 #endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
@@ -73,17 +73,17 @@ using BackwardRowsPerGroup =
 template <typename... Cfgs> struct BackwardRungs {};
 // The last rung, for rows past the others: a cluster on a persistent grid whose blocks hold
 // their share of x and g in shared memory alone (twice the vectors a thread, one stage: the
-// next row is not on its way) and a weighted op's weight there too; a cluster of up to 16
-// blocks of 64 KB, two a SM, without a weight, and of up to 8 of 128 KB (192 KB with the
-// weight), one a SM, with one (NOTES.md, "Long rows' backward").
+// next row is not on its way) and a weighted op's weight there too: up to 8 blocks of 128 KB
+// (192 KB with the weight), one a SM; the max-shifted ops', whose rows take two reductions
+// each, up to 16 blocks of 64 KB, two a SM (NOTES.md, "The backward's long rows").
 template <int BLOCK, int CLUSTER>
 using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_LONG_VECS, 512 / BLOCK, 1, true, true, true, CLUSTER>;
-template <bool WEIGHTED>
-using LongRung = std::conditional_t<WEIGHTED, LongRows<NORMSCAN_BACKWARD_LONG_WEIGHTED_BLOCK, NORMSCAN_BACKWARD_LONG_WEIGHTED_CLUSTER>,
+template <bool SHIFTED>
+using LongRung = std::conditional_t<SHIFTED, LongRows<NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK, NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER>,
                                     LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, NORMSCAN_BACKWARD_LONG_CLUSTER>>;
-template <template <int, int, bool> class Rows, typename Block, bool WEIGHTED>
+template <template <int, int, bool> class Rows, typename Block, typename Long>
 using CommonRungs = BackwardRungs<Rows<256, 32, false>, Rows<256, 128, false>, Block,
-                                  Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, LongRung<WEIGHTED>>;
+                                  Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, Long>;
 template <template <int, int, bool> class Rows>
 using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
@@ -161,10 +161,10 @@ template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
                                    BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
-  using Centered = std::conditional_t<WEIGHTED && sizeof(T) == 2, CenteredRungs<>, CenteredRungs<LongRung<WEIGHTED>>>;
+  using Centered = std::conditional_t<WEIGHTED && sizeof(T) == 2, CenteredRungs<>, CenteredRungs<LongRung<false>>>;
   using Rungs = std::conditional_t<Op::kCentered, Centered,
-                                   std::conditional_t<WEIGHTED, CommonRungs<BackwardRows, Block, true>,
-                                                      CommonRungs<BackwardRowsPerGroup, Block, false>>>;
+                                   std::conditional_t<WEIGHTED, CommonRungs<BackwardRows, Block, LongRung<false>>,
+                                                      CommonRungs<BackwardRowsPerGroup, Block, LongRung<Op::kMaxShifted>>>>;
   return with_first_rung<T, Op, V, WEIGHTED>(Rungs{}, nvec, major >= 9 ? kMaxCluster : 1, err, f);
 }
 
