@@ -177,19 +177,23 @@ def test_fused_gradients_of_strided_rows_and_gradients(name):
 def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
     """-inf elements (softmax's dx is 0 there, log_softmax's is g), every value of a thread
     among them, a row of -inf, rows with +inf or NaN in x, a NaN in the gradient, and finite
-    rows: PyTorch's NaNs, and its float64 gradient elsewhere, within twice its own error."""
+    rows: PyTorch's NaNs, and its float64 gradient elsewhere, within twice its own error.
+    Drawn 8 times, the errors taken over all draws together: two finite rows of 40 measure
+    PyTorch's own error by luck (one draw's softmax error was under 0.5u, ours 2.6u)."""
     spec = REGISTRY[name]
-    x = torch.randn(6, 40, device="cuda", dtype=dtype) * 4
-    g = torch.randn_like(x)
-    x[0, 3] = x[0, 17] = float("-inf")
-    x[0, 8:12] = float("-inf")  # every value of a thread (of two in float64): its own maximum is -inf
-    x[1] = float("-inf")
-    x[2, 5] = float("inf")
-    x[3, 9] = float("nan")
-    g[4, 11] = float("nan")
-    draw = _draw(spec, _fused_into_poison(spec, x, g, 1, {}), x, g, 1, {})
-    assert draw[2][0][[1, 2, 3, 4]].isnan().all() and not draw[2][0][[0, 5]].isnan().any()  # the cases are live
-    _check(spec, draw, dtype, "special values")
+    draws = []
+    for _ in range(8):
+        x = torch.randn(6, 40, device="cuda", dtype=dtype) * 4
+        g = torch.randn_like(x)
+        x[0, 3] = x[0, 17] = float("-inf")
+        x[0, 8:12] = float("-inf")  # every value of a thread (of two in float64): its own maximum is -inf
+        x[1] = float("-inf")
+        x[2, 5] = float("inf")
+        x[3, 9] = float("nan")
+        g[4, 11] = float("nan")
+        draws.append(_draw(spec, _fused_into_poison(spec, x, g, 1, {}), x, g, 1, {}))
+        assert draws[-1][2][0][[1, 2, 3, 4]].isnan().all() and not draws[-1][2][0][[0, 5]].isnan().any()  # live
+    _check(spec, [[torch.cat([d[i][0].flatten() for d in draws])] for i in range(3)], dtype, "special values")
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES)
