@@ -15,7 +15,9 @@
 // one a block or cluster; a biased op's [slots][2 length], db after dw);
 // reduce_scale_dw_sum_kernel then adds the slots in order: the same input gives the same
 // bits. Elsewhere (backward_dispatch.cuh) a block (cluster) takes one row group, loaded
-// straight into registers.
+// straight into registers. The long rows' configuration (IN_SMEM) copies each row in one
+// stage and reads it from shared memory on each pass, its weight kept there too: twice
+// the vectors a thread that registers hold.
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
@@ -89,8 +91,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // What a row's shift is found from: a max-shifted op's maximum, a centered op's first sums.
   using Shift = std::conditional_t<Op::kCentered, Sums, A>;
   constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
-  // The long rows' rung keeps the weight in shared memory too (its registers spilled 64-112
-  // bytes with it there: NOTES.md).
+  // The long rows' rung keeps the weight in shared memory too (with it in registers, its
+  // kernels spilled 64-112 bytes: NOTES.md).
   constexpr bool WEIGHT_IN_SMEM = WEIGHTED && STAGED && Cfg::kRowsInSmem;
   __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
   __shared__ Shift warp_shift[2][BLOCK / 32];  // the same for the shift's reduction
