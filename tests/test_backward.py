@@ -179,7 +179,9 @@ def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
     among them, a row of -inf, rows with +inf or NaN in x, a NaN in the gradient, and finite
     rows: PyTorch's NaNs, and its float64 gradient elsewhere, within twice its own error.
     Drawn 8 times, the errors taken over all draws together: two finite rows of 40 measure
-    PyTorch's own error by luck (one draw's softmax error was under 0.5u, ours 2.6u)."""
+    PyTorch's own error by luck (fp32 softmax over 300 draws, H100: ours median 2.1u, max 56u,
+    PyTorch's median 1.9u, max 36u; 54 single draws out of the one-draw bound; over all draws
+    together ours 2.67u, PyTorch's 2.59u)."""
     spec = REGISTRY[name]
     draws = []
     for _ in range(8):
