@@ -24,9 +24,10 @@ assert FUSED == ["L2NormOp", "L1NormOp", "RmsNormOp", "SoftmaxOp", "LogSoftmaxOp
 # l2's and l1's one-element rows have a zero gradient that float64 autograd gives as noise (below)
 SIGN_OPS = [n for n in ROW_OPS if REGISTRY[n].functor in ("L2NormOp", "L1NormOp")]
 # Lengths at each configuration's edges (fp32: 128 vectors a warp, 512 four, 2048 a block,
-# 16384 a cluster of 8, 32768 the long rows' cluster of 8; layer_norm's also 256 two warps,
-# 1024 a block of 256 threads, 8192 a cluster of 8 of them, then clusters of 512-thread
-# blocks), odd ones (scalar kernels), and past what a cluster holds.
+# 16384 a cluster of 8, 32768 the long rows' cluster, which the softmaxes take past a block;
+# layer_norm's also 256 two warps, 1024 a block of 256 threads, 2048 a pair of them without
+# a weight, then the long rows' cluster; 16-bit with a weight clusters of 256-thread and then
+# 512-thread blocks), odd ones (scalar kernels), and past what a cluster holds.
 LENGTHS = [1, 3, 130, 512, 513, 1024, 2048, 2051, 4096, 8192, 8196, 32768, 32776, 65536, 65540, 131072, 131076,
            262144, 262152]
 CLUSTER_VECS = 8 * 512 * 4  # vectors a cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
@@ -123,9 +124,9 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
 def test_fused_gradients_of_many_rows_a_block(name, dtype):
     """Each kernel (a warp, four warps, a block and a cluster of 2 a row, the long rows'
-    cluster of 8; layer_norm's two warps, block and clusters of 2 and 4, and fp32's long rows)
-    visiting several rows a block: rows staged ahead past the first ones, and dw (db) summed
-    over every visit."""
+    cluster of 8; layer_norm's two warps and block, then fp32's long rows (a block of them,
+    and 8), 16-bit's clusters of 2 and 4) visiting several rows a block: rows staged ahead
+    past the first ones, and dw (db) summed over every visit."""
     spec = REGISTRY[name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     v = 16 // torch.empty((), dtype=dtype).element_size()

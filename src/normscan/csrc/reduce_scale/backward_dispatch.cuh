@@ -47,7 +47,9 @@ namespace normscan {
 #endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
-// (kMaxPortableCluster) a row, whichever is the first to hold it. A weighted op's: a
+// (kMaxPortableCluster) a row, whichever is the first to hold it, then the long rows'
+// cluster of rows in shared memory (which the max-shifted ops and layer_norm take past a
+// block: below). A weighted op's: a
 // persistent grid (its dw summed per block), the next rows staged. An unweighted op's: a
 // block (cluster) a row group, loaded straight into registers, twice the resident threads
 // (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms, softmax 8192x32768
@@ -58,8 +60,8 @@ namespace normscan {
 // persistent grid, whose staged rows they read from shared memory (backward.cuh), on blocks
 // (clusters) of 256 threads, two a SM, where those hold the row (H100, fp32 layer_norm
 // 32768x4096 0.703 -> 0.556 ms, 8192x32768 1.441 -> 1.334: a block's three passes and two
-// reductions a row overlap the other block's), else of 512; and two warps a row where four
-// would be half idle (fp32 65536x1024 0.325 -> 0.280).
+// reductions a row overlap the other block's); and two warps a row where four would be half
+// idle (fp32 65536x1024 0.325 -> 0.280).
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
@@ -75,27 +77,39 @@ template <typename... Cfgs> struct BackwardRungs {};
 // their share of x and g in shared memory alone (twice the vectors a thread, one stage: the
 // next row is not on its way) and a weighted op's weight there too: up to 8 blocks of 128 KB
 // (192 KB with the weight), one a SM; the max-shifted ops', whose rows take two reductions
-// each, up to 16 blocks of 64 KB, two a SM (NOTES.md, "The backward's long rows").
+// each, up to 16 blocks of 64 KB, two a SM. The max-shifted ops and layer_norm take it for
+// every row past a block (H100, fp32 8192x32768: softmax 1.190 -> 1.135 ms, layer_norm + w
+// 1.335 -> 1.156), the other norms only past the register clusters (rms_norm + w fp32
+// 1024x65536 0.320 -> 0.332 on it): NOTES.md, "The backward's long rows".
 template <int BLOCK, int CLUSTER>
 using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_LONG_VECS, 512 / BLOCK, 1, true, true, true, CLUSTER>;
 template <bool SHIFTED>
 using LongRung = std::conditional_t<SHIFTED, LongRows<NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK, NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER>,
                                     LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, NORMSCAN_BACKWARD_LONG_CLUSTER>>;
-template <template <int, int, bool> class Rows, typename Block, typename Long>
-using CommonRungs = BackwardRungs<Rows<256, 32, false>, Rows<256, 128, false>, Block,
-                                  Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, Long>;
+// A warp, four warps and a block a row, then Past.
+template <template <int, int, bool> class Rows, typename Block, typename... Past>
+using CommonRungs = BackwardRungs<Rows<256, 32, false>, Rows<256, 128, false>, Block, Past...>;
 template <template <int, int, bool> class Rows>
 using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
+template <template <int, int, bool> class Rows>
+using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
-// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then of the widest, then
-// Long (none for 16-bit rows with a weight: the long rung's dw and db, 64 elements a thread
-// each, spilled 232-260 bytes).
-template <typename... Long>
-using CenteredRungs =
-    BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
-                  BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
-                  BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
-                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, Long...>;
+// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads; then the long rung, and
+// without a weight a cluster of two such blocks before it. 16-bit rows with a weight have no
+// long rung (its dw and db, 64 elements a thread each, spilled 232-260 bytes): clusters of
+// the narrow blocks and then of the widest.
+template <typename... Past>
+using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
+                                    BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>, Past...>;
+using CenteredPairRung = BackwardRowsConfig<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK,
+                                            NORMSCAN_BACKWARD_VECS, 512 / NORMSCAN_BACKWARD_CENTERED_BLOCK,
+                                            NORMSCAN_BACKWARD_STAGES, true, true, false, 2>;
+template <typename T, bool WEIGHTED>
+using CenteredOf = std::conditional_t<
+    WEIGHTED && sizeof(T) == 2,
+    CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
+                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>>,
+    std::conditional_t<WEIGHTED, CenteredRungs<LongRung<false>>, CenteredRungs<CenteredPairRung, LongRung<false>>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
 // of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block
@@ -161,10 +175,12 @@ template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
                                    BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
-  using Centered = std::conditional_t<WEIGHTED && sizeof(T) == 2, CenteredRungs<>, CenteredRungs<LongRung<false>>>;
-  using Rungs = std::conditional_t<Op::kCentered, Centered,
-                                   std::conditional_t<WEIGHTED, CommonRungs<BackwardRows, Block, LongRung<false>>,
-                                                      CommonRungs<BackwardRowsPerGroup, Block, LongRung<Op::kMaxShifted>>>>;
+  using Weighted = CommonRungs<BackwardRows, Block, RegisterClusterRung<BackwardRows>, LongRung<false>>;
+  using Unweighted = std::conditional_t<
+      Op::kMaxShifted, CommonRungs<BackwardRowsPerGroup, Block, LongRung<true>>,
+      CommonRungs<BackwardRowsPerGroup, Block, RegisterClusterRung<BackwardRowsPerGroup>, LongRung<false>>>;
+  using Rungs =
+      std::conditional_t<Op::kCentered, CenteredOf<T, WEIGHTED>, std::conditional_t<WEIGHTED, Weighted, Unweighted>>;
   return with_first_rung<T, Op, V, WEIGHTED>(Rungs{}, nvec, major >= 9 ? kMaxCluster : 1, err, f);
 }
 
