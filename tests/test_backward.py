@@ -27,16 +27,11 @@ SIGN_OPS = [n for n in ROW_OPS if REGISTRY[n].functor in ("L2NormOp", "L1NormOp"
 # 16384 a cluster of 8, 32768 the long rows' cluster, which the softmaxes take past a block;
 # layer_norm's also 256 two warps, 1024 a block of 256 threads, 2048 a pair of them without
 # a weight, then the long rows' cluster; 16-bit with a weight clusters of 256-thread and then
-# 512-thread blocks), odd ones (scalar kernels), and past what a cluster holds.
+# 512-thread blocks, then a long rows' cluster of up to 16), odd ones (scalar kernels), and
+# past what a cluster holds.
 LENGTHS = [1, 3, 130, 512, 513, 1024, 2048, 2051, 4096, 8192, 8196, 32768, 32776, 65536, 65540, 131072, 131076,
            262144, 262152]
-CLUSTER_VECS = 8 * 512 * 4  # vectors a cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
-LONG_VECS = 8 * 512 * 8  # and the long rows' cluster (none for layer_norm's 16-bit rows with a weight)
-
-
-def _held_vecs(name, dtype):
-    """The most vectors of a row the fused backward takes."""
-    return CLUSTER_VECS if name == "layer_norm" and dtype in (torch.float16, torch.bfloat16) else LONG_VECS
+LONG_VECS = 8 * 512 * 8  # vectors the long rows' cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
 
 
 def _given(spec, shape, dtype):
@@ -112,7 +107,7 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
             g = torch.randn(rows, n, device="cuda", dtype=dtype)
             given = _given(spec, n, dtype)
             fused = backward.reduce_scale(spec, g, x, region(name, x, 1), spec.args(given), False) is not None
-            assert fused == ((n // v if n % v == 0 else n) <= _held_vecs(name, dtype)), (name, dtype, n, fused)
+            assert fused == ((n // v if n % v == 0 else n) <= LONG_VECS), (name, dtype, n, fused)
             if fused:
                 draws.append(_draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given))
         if draws:
@@ -125,15 +120,13 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
 def test_fused_gradients_of_many_rows_a_block(name, dtype):
     """Each kernel (a warp, four warps, a block and a cluster of 2 a row, the long rows'
     cluster of 8; layer_norm's two warps and block, then fp32's long rows (a block of them,
-    and 8), 16-bit's clusters of 2 and 4) visiting several rows a block: rows staged ahead
-    past the first ones, and dw (db) summed over every visit."""
+    and 8), 16-bit's clusters of 2 and 4 and long rows' cluster of 16) visiting several rows a
+    block: rows staged ahead past the first ones, and dw (db) summed over every visit."""
     spec = REGISTRY[name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     v = 16 // torch.empty((), dtype=dtype).element_size()
     for vecs, rows in ((128, 256 * sms), (256, 128 * sms), (512, 64 * sms), (1024, 32 * sms), (2048, 16 * sms),
                        (4096, 8 * sms), (LONG_VECS, sms)):
-        if vecs > _held_vecs(name, dtype):
-            continue
         x = torch.randn(rows, vecs * v, device="cuda", dtype=dtype)
         g = torch.randn_like(x)
         given = _given(spec, vecs * v, dtype)

@@ -81,8 +81,8 @@ template <typename... Cfgs> struct BackwardRungs {};
 // every row past a block (H100, fp32 8192x32768: softmax 1.190 -> 1.135 ms, layer_norm + w
 // 1.335 -> 1.156), the other norms only past the register clusters (rms_norm + w fp32
 // 1024x65536 0.320 -> 0.332 on it): NOTES.md, "The backward's long rows".
-template <int BLOCK, int CLUSTER>
-using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_LONG_VECS, 512 / BLOCK, 1, true, true, true, CLUSTER>;
+template <int BLOCK, int CLUSTER, int NV = NORMSCAN_BACKWARD_LONG_VECS>
+using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NV, 512 / BLOCK, 1, true, true, true, CLUSTER>;
 template <bool SHIFTED>
 using LongRung = std::conditional_t<SHIFTED, LongRows<NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK, NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER>,
                                     LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, NORMSCAN_BACKWARD_LONG_CLUSTER>>;
@@ -95,9 +95,12 @@ template <template <int, int, bool> class Rows>
 using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
 // than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads; then the long rung, and
-// without a weight a cluster of two such blocks before it. 16-bit rows with a weight have no
-// long rung (its dw and db, 64 elements a thread each, spilled 232-260 bytes): clusters of
-// the narrow blocks and then of the widest.
+// without a weight a cluster of two such blocks before it. 16-bit rows with a weight: the
+// long rung's dw and db, 64 elements a thread each, spilled 232-260 bytes; they take clusters
+// of the narrow blocks and then of the widest, and past those a long rung of half the
+// vectors a thread in clusters of up to 16 (bf16 8192x65536 on it from the first block
+// past a block: 1.565 -> 1.686 ms; (2048, 262144), the composite before, 13.151 -> 2.095).
+using HalfLongRung = LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, kMaxCluster, NORMSCAN_BACKWARD_LONG_VECS / 2>;
 template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
                                     BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>, Past...>;
@@ -108,7 +111,7 @@ template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
     CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
-                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>>,
+                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, HalfLongRung>,
     std::conditional_t<WEIGHTED, CenteredRungs<LongRung<false>>, CenteredRungs<CenteredPairRung, LongRung<false>>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
