@@ -151,8 +151,10 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
 }
 
 // Calls f(plan) with the first of `rungs` that holds rows of nvec V-element vectors, with at
-// most max_cluster blocks a cluster (and a non-portable size only where the device runs it);
-// false where none does. *err: a failure to ask the device (then true, f not called).
+// most max_cluster blocks a cluster, and a non-portable cluster size or more than 48 KB of
+// shared memory a block only where the device runs it (the long rows' 192 KB exceed an
+// A100's 163); false where none does. *err: a failure to ask the device (then true, f not
+// called).
 template <typename T, typename Op, int V, bool WEIGHTED, typename F, typename... Cfgs>
 inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, cudaError_t* err, F&& f) {
   const auto holds = [&](auto cfg) {
@@ -160,7 +162,7 @@ inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cl
     const int64_t blocks = nvec > 0 ? ceil_div(nvec, Cfg::kVecsPerBlock) : 1;  // empty rows: a block of the first
     if (blocks > min64(max_cluster, Cfg::kMaxCluster)) return false;
     const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED> plan{static_cast<int>(blocks)};
-    if (blocks > kMaxPortableCluster) {
+    if (blocks > kMaxPortableCluster || plan.kSmem > 48 * 1024) {
       int64_t fit = 0;
       *err = plan.resident(&fit);
       if (*err != cudaSuccess) return true;
