@@ -58,10 +58,16 @@ struct BackwardRowsConfig {
   template <typename T, int V> static __host__ __device__ constexpr bool staged() {
     return (STAGES > 1 || IN_SMEM) && sizeof(T) * V == 16;
   }
-  // Dynamic shared memory: the stages of x and g (rows in shared memory: the weight after
-  // them), or the row groups' dw sums at the end.
+  // The weight kept in shared memory past the stages (its registers spilled beside the
+  // long rows' dw: NOTES.md).
+  template <typename T, int V, bool WEIGHTED> static __host__ __device__ constexpr bool weight_in_smem() {
+    return WEIGHTED && IN_SMEM && staged<T, V>();
+  }
+  // Dynamic shared memory: the stages of x and g (and the weight), or the row groups' dw
+  // sums at the end.
   template <typename T, int V, bool WEIGHTED> static constexpr size_t smem_bytes() {
-    const size_t stages = staged<T, V>() ? size_t(STAGES * 2 + (IN_SMEM && WEIGHTED)) * NV * BLOCK * 16 : 0;
+    const size_t stages =
+        staged<T, V>() ? size_t(STAGES * 2 + weight_in_smem<T, V, WEIGHTED>()) * NV * BLOCK * 16 : 0;
     const size_t sums = WEIGHTED && kGroups > 1 ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
     return stages > sums ? stages : sums;
   }
@@ -91,9 +97,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // What a row's shift is found from: a max-shifted op's maximum, a centered op's first sums.
   using Shift = std::conditional_t<Op::kCentered, Sums, A>;
   constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
-  // The long rows' rung keeps the weight in shared memory too (with it in registers, its
-  // kernels spilled 64-112 bytes: NOTES.md).
-  constexpr bool WEIGHT_IN_SMEM = WEIGHTED && STAGED && Cfg::kRowsInSmem;
+  constexpr bool WEIGHT_IN_SMEM = Cfg::template weight_in_smem<T, V, WEIGHTED>();
   __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
   __shared__ Shift warp_shift[2][BLOCK / 32];  // the same for the shift's reduction
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
