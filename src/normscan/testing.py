@@ -256,6 +256,17 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     case("zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_())
     case("eps=0 zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_(), kwargs={"eps": 0.0})
     case("inf/nan", (4, 6, 515), 3, specials=lambda x: _inf_nan(x.view(4, 6, 515)))
+    if spec.region == "batch" and not quick:
+        # Channels taken by the whole GPU one after another (csrc/reduce_scale/channels.cuh):
+        # 64 MB, twice what the blocks' shared memory holds, partly re-read; rows ending mid-tile.
+        for shape, dtype in [((16, 2, 1 << 20), torch.float32), ((15, 2, 1_048_580), torch.float32),
+                             ((8, 2, 1 << 22), torch.float16), ((16, 2, 1 << 21), torch.bfloat16)]:
+            case(f"whole GPU a channel {shape} {_dt(dtype)}", shape, 2, dtype)
+        case("whole GPU a channel, weight, bias, running (16, 2, 2**20)", (16, 2, 1 << 20), 2, with_weight=True,
+             with_running=True)
+        case("whole GPU a channel, mean 1e3 (16, 2, 2**20)", (16, 2, 1 << 20), 2, specials=lambda x: x.add_(1e3))
+        case("whole GPU a channel, inf in channel 0 (16, 2, 2**20)", (16, 2, 1 << 20), 2,
+             specials=lambda x: x[0, 0, 7].fill_(float("inf")))
     case("empty batch", (0, 6, 5), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     case("empty positions", (2, 6, 0), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets; slices whose statistics are

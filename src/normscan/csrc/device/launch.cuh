@@ -12,6 +12,7 @@ struct DeviceInfo {
   int sms = 0;
   int major = 0;
   int smem_optin = 0;  // shared memory a block can have, opted in
+  int smem_sm = 0;     // a SM's, its blocks' and their reserves together
 };
 
 inline cudaError_t device_info(DeviceInfo* out) {
@@ -25,6 +26,8 @@ inline cudaError_t device_info(DeviceInfo* out) {
     err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;

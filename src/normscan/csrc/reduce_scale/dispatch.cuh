@@ -56,6 +56,53 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
       Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, scaled_by);
 }
 
+// Statistics shared by rows taken by the whole GPU one after another (channels.cuh), where
+// each is NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold or more: *launched tells
+// whether they were. A block holds as many tiles as the device's shared memory takes.
+// Doubles are read twice (channels.cuh's batches spilled).
+template <typename T, typename Op, typename Alloc>
+inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
+  *launched = false;
+  if constexpr (Op::kGrouped && sizeof(T) != 8) {
+    constexpr int V = vec16<T>(), B = kChannelsBlock;
+    constexpr auto kernel = reduce_scale_channels_kernel<T, Op, B>;
+    const View& v = a.view;
+    const Grouping<acc_t<T>>& g = a.grouping;
+    const bool whole_vectors = v.length % V == 0 && v.x_so % V == 0 && v.y_so % V == 0 &&
+                               reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+    if (!whole_vectors || g.span != v.length || g.groups != g.stat_groups) return cudaSuccess;
+    DeviceInfo d;
+    cudaError_t err = device_info(&d);
+    cudaFuncAttributes attrs;
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attrs, kernel);
+    if (err != cudaSuccess) return err;
+    // As many tiles as fit 1024 / B blocks a SM, each with the 1 KB the device reserves a block.
+    constexpr int64_t tile_bytes = int64_t(B) * 16;
+    const int64_t smem_block = min64(d.smem_optin, d.smem_sm / (1024 / B) - 1024) - attrs.sharedSizeBytes;
+    const int held = static_cast<int>(min64(smem_block / tile_bytes, NORMSCAN_CHANNELS_MAX_HELD));
+    if (held < 1) return cudaSuccess;
+    const size_t smem = static_cast<size_t>(held * tile_bytes);
+    int64_t resident = 0;
+    err = resident_units<kernel>(dim3(B), 1, smem, &resident);
+    if (err != cudaSuccess) return err;
+    const int64_t row_tiles = ceil_div(v.length / V, B), tiles = v.outer / g.stat_groups * row_tiles;
+    const int64_t streams = min64(NORMSCAN_CHANNELS_STREAMS, g.stat_groups), blocks = resident / streams;
+    if (blocks == 0 || tiles < NORMSCAN_CHANNELS_MIN_RATIO * held * blocks || tiles > UINT32_MAX - blocks)
+      return cudaSuccess;
+    using State = ChannelState<RowStat<Op, acc_t<T>>>;
+    void* workspace = alloc(State::bytes(g.stat_groups, blocks));
+    if (workspace == nullptr) return cudaErrorMemoryAllocation;
+    err = cudaMemsetAsync(workspace, 0, State::counter_bytes(g.stat_groups), stream);
+    if (err != cudaSuccess) return err;
+    *launched = true;
+    const ChannelPlan p{static_cast<unsigned>(row_tiles), static_cast<unsigned>(tiles), held,
+                        static_cast<unsigned>(streams)};
+    return launch_units<kernel>(Grid::Cooperative, dim3(B), 1, resident, smem, stream, a, p,
+                                State::in(workspace, g.stat_groups));
+  }
+  return cudaSuccess;
+}
+
 // The held kernels of a config (held.cuh): parts of kPart vectors in two buffers a block.
 template <typename Cfg> constexpr int kHeldPart = Cfg::kBlock * Cfg::kVecs;
 template <typename Cfg> constexpr size_t kHeldSmem = 2 * size_t(kHeldPart<Cfg>) * 16;
@@ -148,6 +195,11 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
       err = launch_held<T, Op>(a, stream, alloc, &launched);
       if (err != cudaSuccess || launched) return err;
     }
+  }
+  if (rows_share_stats<T, Op>(a)) {
+    bool launched = false;
+    err = launch_channels<T, Op>(a, stream, alloc, &launched);
+    if (err != cudaSuccess || launched) return err;
   }
   return aligned ? launch_reread<T, Op, V>(a, stream, alloc) : launch_reread<T, Op, 1>(a, stream, alloc);
 }

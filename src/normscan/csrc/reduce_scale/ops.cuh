@@ -256,6 +256,16 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, cons
   return Convert<T>::from_acc(v);
 }
 
+// y = apply(x, scale) * wc + bc of V elements of one channel (weight wc, bias bc).
+template <typename Op, typename T, int V>
+__device__ __forceinline__ Vec<T, V> scaled_in_channel(const Vec<T, V>& x, acc_t<T> scale, acc_t<T> shift, acc_t<T> wc,
+                                                        acc_t<T> bc) {
+  acc_t<T> v[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale) * wc + bc;
+  return from_acc_vec<T, V>(v);
+}
+
 // A grouped op's weight and bias along one row: those of channel l / span of the row's
 // channels, which start at w and b. WIDE: rows of 2**31 elements and more (64-bit
 // divisions); rows held on chip are shorter (32-bit ones).
@@ -281,22 +291,12 @@ template <typename T, bool WIDE = false> struct ChannelRow {
     using A = acc_t<T>;
     A v[V];
     const int64_t c = channel(l);
-    if (static_cast<Offset>(l) - static_cast<Offset>(c) * span + V <= span) {
-      const A wc = w ? Convert<T>::to_acc(w[c]) : A(1), bc = b ? Convert<T>::to_acc(b[c]) : A(0);
+    if (static_cast<Offset>(l) - static_cast<Offset>(c) * span + V <= span)
+      return scaled_in_channel<Op>(x, scale, shift, w ? Convert<T>::to_acc(w[c]) : A(1),
+                                   b ? Convert<T>::to_acc(b[c]) : A(0));
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale) * wc + bc;
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = Convert<T>::to_acc(this->scale<Op>(x.v[i], scale, shift, l + i));
-    }
-    if constexpr (V % 2 == 0) {
-      return from_acc_vec<T, V>(v);
-    } else {  // single elements (rows whose x and y are aligned differently)
-      Vec<T, V> out;
-#pragma unroll
-      for (int i = 0; i < V; ++i) out.v[i] = Convert<T>::from_acc(v[i]);
-      return out;
-    }
+    for (int i = 0; i < V; ++i) v[i] = Convert<T>::to_acc(this->scale<Op>(x.v[i], scale, shift, l + i));
+    return from_acc_vec<T, V>(v);
   }
 };
 

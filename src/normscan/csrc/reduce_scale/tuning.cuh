@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "channels.cuh"
 #include "held.cuh"
 #include "rows.cuh"
 #include "strided.cuh"
@@ -198,6 +199,23 @@ using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMax
 #define NORMSCAN_HELD_SM_PARTS 256
 #endif
 using HeldSmParts = HeldConfig<1024, 6, 512>;
+
+// Statistics shared by rows (batch_norm's channels) taken by the whole GPU one after another
+// (channels.cuh), blocks of kChannelsBlock threads, where each statistic is at least
+// NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold (else the split kernels read it twice).
+#ifndef NORMSCAN_CHANNELS_MIN_RATIO
+#define NORMSCAN_CHANNELS_MIN_RATIO 2
+#endif
+#ifndef NORMSCAN_CHANNELS_BLOCK
+#define NORMSCAN_CHANNELS_BLOCK 1024
+#endif
+#ifndef NORMSCAN_CHANNELS_MAX_HELD
+#define NORMSCAN_CHANNELS_MAX_HELD 1000
+#endif
+#ifndef NORMSCAN_CHANNELS_STREAMS
+#define NORMSCAN_CHANNELS_STREAMS 1
+#endif
+constexpr int kChannelsBlock = NORMSCAN_CHANNELS_BLOCK;
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
