@@ -202,17 +202,24 @@ using HeldSmParts = HeldConfig<1024, 6, 512>;
 
 // Statistics shared by rows (batch_norm's channels) taken by the whole GPU one after another
 // (channels.cuh), blocks of kChannelsBlock threads, where each statistic is at least
-// NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold (else the split kernels read it twice).
+// NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold (else the split kernels read it
+// twice): smaller ones have no re-read tiles of the next channel to sum while they wait, and
+// measured slower (ms, H100, 2026-11-26, split kernels -> this kernel: (128, 64, 256, 256)
+// fp32 2.141 -> 2.376, bf16 1.196 -> 1.378; NOTES.md, "batch_norm's channels on the whole GPU").
 #ifndef NORMSCAN_CHANNELS_MIN_RATIO
 #define NORMSCAN_CHANNELS_MIN_RATIO 2
 #endif
-#ifndef NORMSCAN_CHANNELS_BLOCK
-#define NORMSCAN_CHANNELS_BLOCK 1024
-#endif
 // Tiles a block holds, at most (14 fit; KernelBench 33, ms, H100, 2026-11-26, builds side by
-// side: 14 4.178, 12 4.028, 10 4.152; the split kernels 4.256).
+// side: 14 4.178, 13 4.222, 12 4.028, 11 4.082, 10 4.152; the split kernels 4.256).
 #ifndef NORMSCAN_CHANNELS_MAX_HELD
 #define NORMSCAN_CHANNELS_MAX_HELD 12
+#endif
+// Groups of blocks taking alternate channels (STREAMS), and threads a block: 2 groups of 512
+// (two blocks a SM) against 1 of 1024 took KernelBench 33 from 4.175 to 4.234 ms, and the
+// channels the blocks hold whole from 2.376 to 2.036 ((128, 64, 256, 256) fp32; the split
+// kernels 2.141).
+#ifndef NORMSCAN_CHANNELS_BLOCK
+#define NORMSCAN_CHANNELS_BLOCK 1024
 #endif
 #ifndef NORMSCAN_CHANNELS_STREAMS
 #define NORMSCAN_CHANNELS_STREAMS 1
