@@ -3,10 +3,10 @@
 // one after another: every resident block sums its tiles of the statistic, publishes its
 // part, waits for the others' (a cooperative launch), merges them all in one order (every
 // block the same bits), and scales its tiles. A block's first `held` tiles are copied into
-// shared memory as they are summed and scaled from there: a statistic the GPU's shared
-// memory holds is read once, a larger one re-reads only the rest. The held tiles are read
-// first and the others last, and the others are scaled last first, so that the re-read
-// starts with the lines the summing read last: those most likely still in L2.
+// shared memory as they are summed and scaled from there (read once); the rest are summed
+// from DRAM and re-read to be scaled. The rest of the next statistic is summed before this
+// one's wait, which it hides; its held tiles are copied once this one's have been scaled
+// (interleaving the copies with the stores measured slower: NOTES.md).
 // Tile q of a statistic: BLOCK vectors of row q / row_tiles of it; block b takes tiles b,
 // b + blocks, b + 2 blocks, ... (the blocks at work read neighbouring tiles).
 #pragma once
