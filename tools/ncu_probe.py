@@ -5,7 +5,7 @@
 Runs each case (all, or those whose name holds one of the CASE substrings) once under ncu
 (Nsight Compute) and prints, per kernel, the DRAM bytes read and written and their ratio to
 x's size: 1.00 read and 1.00 written is one pass. Each case also gets ncu's throughput,
-warp-stall and occupancy sections (OUTDIR/ncu-detail.txt). The cases are the open speed
+warp-stall, occupancy, scheduler and pipe sections (OUTDIR/ncu-detail.txt). The cases are the open speed
 gaps of issues #20-#22, and QuACK's kernel on the long rows where it is ahead (its cases are
 left out, with a line saying so, where quack does not import).
 """
@@ -32,6 +32,9 @@ CASES = {
     "cumsum dim=1 fp32 (1024, 4096, 2)": ("normscan.cumsum(x, 1)", (1024, 4096, 2), "float32"),
     "cumsum dim=1 fp32 (16, 32768, 32)": ("normscan.cumsum(x, 1)", (16, 32768, 32), "float32"),
     "softmax rows fp32 (4096, 393216)": ("normscan.softmax(x, 1)", (4096, 393216), "float32"),
+    "softmax rows bf16 (32768, 4096)": ("normscan.softmax(x, 1)", (32768, 4096), "bfloat16"),
+    "log_softmax rows bf16 (32768, 4096)": ("normscan.log_softmax(x, 1)", (32768, 4096), "bfloat16"),
+    "softmax rows fp32 (32768, 4096)": ("normscan.softmax(x, 1)", (32768, 4096), "float32"),
     "layer_norm held fp32 (16, 64, 256, 256)": ("normscan.layer_norm(x, (64, 256, 256))", (16, 64, 256, 256),
                                                 "float32"),
 }
@@ -98,7 +101,8 @@ def main(out: Path, wanted: list[str]) -> int:
     with (out / "ncu-detail.txt").open("w") as f:
         for name, (call, shape, dtype) in cases.items():
             detail = ncu(["--section", "SpeedOfLight", "--section", "MemoryWorkloadAnalysis", "--section",
-                          "WarpStateStats", "--section", "Occupancy", "--section", "LaunchStats"],
+                          "WarpStateStats", "--section", "Occupancy", "--section", "LaunchStats", "--section",
+                          "SchedulerStats", "--section", "ComputeWorkloadAnalysis"],
                          script(call, shape, dtype))
             f.write(f"==== {name}\n{detail.stdout}{detail.stderr[-2000:]}\n")
     print(f"{'case':32s} {'kernel':60s} {'read/x':>7s} {'write/x':>8s} {'ms':>7s}")
