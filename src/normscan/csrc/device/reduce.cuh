@@ -12,7 +12,8 @@ struct SumOp {
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a + b; }
 };
 // A NaN wins (unlike fmax's), so that it reaches every result that depends on it: fp32 in
-// one instruction (max.NaN, sm_80+), where the comparisons took two more an element.
+// one instruction (max.NaN, sm_80+), where the comparisons took two more an element (ms,
+// H100, 2026-11-26: bf16 softmax 32768x4096 0.195 -> 0.186, 8192x32768 0.393 -> 0.368).
 #ifndef NORMSCAN_MAX_NAN
 #define NORMSCAN_MAX_NAN 1
 #endif
