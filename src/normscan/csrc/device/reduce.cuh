@@ -11,17 +11,19 @@ struct SumOp {
   template <typename A> static __device__ __forceinline__ A identity() { return A(0); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a + b; }
 };
-// A NaN wins (unlike fmax's), so that it reaches every result that depends on it: fp32 in
-// one instruction (max.NaN, sm_80+), where the comparisons took two more an element (ms,
-// H100, 2026-11-26: bf16 softmax 32768x4096 0.195 -> 0.186, 8192x32768 0.393 -> 0.368).
+// A NaN wins (unlike fmax's), so that it reaches every result that depends on it.
+// ONE_INSTRUCTION: fp32 as max.NaN (sm_80+), where the comparisons take two instructions
+// more; the 16-bit softmax rows were issue-bound (ms, H100, 2026-11-26: bf16 softmax
+// 32768x4096 0.195 -> 0.186, 8192x32768 0.393 -> 0.368), but the fp32 softmax backward ran
+// slower with it (4096x131072 2.354 -> 2.459): the backward keeps the comparisons.
 #ifndef NORMSCAN_MAX_NAN
 #define NORMSCAN_MAX_NAN 1
 #endif
-struct MaxOp {
+template <bool ONE_INSTRUCTION> struct MaxOf {
   static constexpr bool kCostly = false;
   template <typename A> static __device__ __forceinline__ A identity() { return -A(INFINITY); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) {
-    if constexpr (NORMSCAN_MAX_NAN && sizeof(A) == 4) {
+    if constexpr (ONE_INSTRUCTION && NORMSCAN_MAX_NAN && sizeof(A) == 4) {
       A m;
       asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
       return m;
@@ -30,6 +32,8 @@ struct MaxOp {
     }
   }
 };
+using MaxOp = MaxOf<true>;
+using CompareMaxOp = MaxOf<false>;
 struct ProdOp {
   static constexpr bool kCostly = false;
   template <typename A> static __device__ __forceinline__ A identity() { return A(1); }

@@ -218,17 +218,17 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     };
     A shift = A(0);
     if constexpr (Op::kMaxShifted) {
-      A m = MaxOp::identity<A>();
+      A m = CompareMaxOp::identity<A>();
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
           const VT xk = x_at(k);
 #pragma unroll
-          for (int i = 0; i < V; ++i) m = MaxOp::apply(m, Convert<T>::to_acc(xk.v[i]));
+          for (int i = 0; i < V; ++i) m = CompareMaxOp::apply(m, Convert<T>::to_acc(xk.v[i]));
         }
-      m = block_group_reduce<MaxOp, WARPS_PER_ROW>(m, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
+      m = block_group_reduce<CompareMaxOp, WARPS_PER_ROW>(m, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-      if (csize > 1) m = cluster_shift.template reduce<MaxOp>(m, csize, crank, visit);
+      if (csize > 1) m = cluster_shift.template reduce<CompareMaxOp>(m, csize, crank, visit);
 #endif
       shift = m;
     }

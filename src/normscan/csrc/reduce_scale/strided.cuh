@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
     };
     Columns shift{};
     if constexpr (Op::kMaxShifted) {
-      shift = columns(MaxOp{}, 0, [](A x, int, int) { return x; }, prefetch_next);
+      // The comparisons' max (max.NaN spilled fp32 log_softmax's clustered kernel 4 bytes).
+      shift = columns(CompareMaxOp{}, 0, [](A x, int, int) { return x; }, prefetch_next);
     } else if constexpr (Op::kCentered) {
       // Each column's mean as its first element plus the mean of the differences from it
       // (as the rows kernel takes it).
