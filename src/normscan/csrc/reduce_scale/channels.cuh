@@ -1,7 +1,8 @@
 // Statistics shared by rows and too large for a block (batch_norm's channels: a row a
 // (sample, channel), a channel's rows sharing one mean and variance), taken by the whole GPU
 // one after another: every resident block sums its tiles of the statistic, publishes its
-// part, waits for the others' (a cooperative launch), merges them all in one order (every
+// part (HeldState: a statistic's count of published blocks, and each block's part; the
+// ticket unused), waits for the others' (a cooperative launch), merges them all in one order (every
 // block the same bits), and scales its tiles. A block's first `held` tiles are copied into
 // shared memory as they are summed and scaled from there (read once); the rest are summed
 // from DRAM and re-read to be scaled. The rest of the next statistic is summed before this
@@ -11,8 +12,7 @@
 // b + blocks, b + 2 blocks, ... (the blocks at work read neighbouring tiles).
 #pragma once
 
-#include "../device/async.cuh"
-#include "reread.cuh"
+#include "held.cuh"
 
 namespace normscan {
 
@@ -21,22 +21,6 @@ struct ChannelPlan {
   unsigned tiles;      // of a statistic: its rows * row_tiles
   int held;            // tiles a block holds in shared memory
   unsigned streams;    // groups of blocks, group s taking statistics s, s + streams, ...
-};
-
-// The launch's shared state: each statistic's count of published blocks (zeroed before the
-// launch) and every block's part of it.
-template <typename Stat> struct ChannelState {
-  unsigned* published;
-  Stat* block_stats;  // [statistic][block]
-
-  static int64_t counter_bytes(int64_t stats) { return ceil_div(stats * 4, 16) * 16; }
-  static int64_t bytes(int64_t stats, int64_t blocks) {
-    return counter_bytes(stats) + stats * blocks * static_cast<int64_t>(sizeof(Stat));
-  }
-  static ChannelState in(void* workspace, int64_t stats) {
-    auto* base = static_cast<char*>(workspace);
-    return ChannelState{reinterpret_cast<unsigned*>(base), reinterpret_cast<Stat*>(base + counter_bytes(stats))};
-  }
 };
 
 // Vectors a batch of the accumulator: fp32's 4 spilled 72 bytes (1024 threads have 64
@@ -48,7 +32,7 @@ template <typename T> constexpr int kChannelsBatch = sizeof(T) == 2 ? 2 : 3;
 // from a 16-byte boundary in x and y.
 template <typename T, typename Op, int BLOCK>
 __global__ void __launch_bounds__(BLOCK, 1024 / BLOCK)
-    reduce_scale_channels_kernel(ArgsFor<T, Op> a, ChannelPlan p, ChannelState<RowStat<Op, acc_t<T>>> st) {
+    reduce_scale_channels_kernel(ArgsFor<T, Op> a, ChannelPlan p, HeldState<RowStat<Op, acc_t<T>>> st) {
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
   constexpr int V = vec16<T>(), U = kChannelsBatch<T>;
@@ -131,7 +115,7 @@ __global__ void __launch_bounds__(BLOCK, 1024 / BLOCK)
     }
     const Stat part = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[0], 0, me);
     if (threadIdx.x == 0) {
-      st.block_stats[g * blocks + b] = part;
+      st.part_stats[g * blocks + b] = part;
       add_release(st.published + g, 1u);
     }
   };
@@ -144,7 +128,7 @@ __global__ void __launch_bounds__(BLOCK, 1024 / BLOCK)
     __syncthreads();
     Stat stat = RowStatOp<Op>::template identity<Stat>();
     for (unsigned i = threadIdx.x; i < blocks; i += BLOCK)
-      stat = RowStatOp<Op>::apply(stat, load_from_l2(st.block_stats + g * blocks + i));
+      stat = RowStatOp<Op>::apply(stat, load_from_l2(st.part_stats + g * blocks + i));
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[1], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length * (a.view.outer / groups), a.eps, pilot);
     if (b == 0 && threadIdx.x == 0) write_stat(a.grouping, g, rs.shift, stat.m2);

@@ -56,6 +56,29 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
       Grid::PerUnit, dim3(kRereadBlock), 1, a.view.outer * c.spans, 0, stream, a, c, scaled_by);
 }
 
+// Tiles a block of `kernel` (B threads, one tile B 16-byte vectors) holds on this device, read
+// once a device: as many as fit 1024 / B blocks a SM, each with the 1 KB the device reserves a
+// block, at most NORMSCAN_CHANNELS_MAX_HELD.
+template <auto kernel, int B> inline cudaError_t channels_held_tiles(int* out) {
+  static int cache[kMaxDevices] = {};  // tiles + 1; 0 = not read yet
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (cache[dev] == 0) {
+    DeviceInfo d;
+    err = device_info(&d);
+    cudaFuncAttributes attrs;
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attrs, kernel);
+    if (err != cudaSuccess) return err;
+    const int64_t smem_block = min64(d.smem_optin, d.smem_sm / (1024 / B) - 1024) - attrs.sharedSizeBytes;
+    const int64_t tiles = min64(smem_block / (int64_t(B) * 16), NORMSCAN_CHANNELS_MAX_HELD);
+    cache[dev] = static_cast<int>(tiles > 0 ? tiles : 0) + 1;
+  }
+  *out = cache[dev] - 1;
+  return cudaSuccess;
+}
+
 // Statistics shared by rows taken by the whole GPU one after another (channels.cuh), where
 // each is NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold or more: *launched tells
 // whether they were. A block holds as many tiles as the device's shared memory takes.
@@ -71,16 +94,10 @@ inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream,
     const bool whole_vectors = v.length % V == 0 && v.x_so % V == 0 && v.y_so % V == 0 &&
                                reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
     if (!whole_vectors || g.span != v.length || g.groups != g.stat_groups) return cudaSuccess;
-    DeviceInfo d;
-    cudaError_t err = device_info(&d);
-    cudaFuncAttributes attrs;
-    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attrs, kernel);
-    if (err != cudaSuccess) return err;
-    // As many tiles as fit 1024 / B blocks a SM, each with the 1 KB the device reserves a block.
     constexpr int64_t tile_bytes = int64_t(B) * 16;
-    const int64_t smem_block = min64(d.smem_optin, d.smem_sm / (1024 / B) - 1024) - attrs.sharedSizeBytes;
-    const int held = static_cast<int>(min64(smem_block / tile_bytes, NORMSCAN_CHANNELS_MAX_HELD));
-    if (held < 1) return cudaSuccess;
+    int held = 0;
+    cudaError_t err = channels_held_tiles<kernel, B>(&held);
+    if (err != cudaSuccess || held < 1) return err;
     const size_t smem = static_cast<size_t>(held * tile_bytes);
     int64_t resident = 0;
     err = resident_units<kernel>(dim3(B), 1, smem, &resident);
@@ -89,7 +106,7 @@ inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream,
     const int64_t streams = min64(NORMSCAN_CHANNELS_STREAMS, g.stat_groups), blocks = resident / streams;
     if (blocks == 0 || tiles < NORMSCAN_CHANNELS_MIN_RATIO * held * blocks || tiles > UINT32_MAX - blocks)
       return cudaSuccess;
-    using State = ChannelState<RowStat<Op, acc_t<T>>>;
+    using State = HeldState<RowStat<Op, acc_t<T>>>;
     void* workspace = alloc(State::bytes(g.stat_groups, blocks));
     if (workspace == nullptr) return cudaErrorMemoryAllocation;
     err = cudaMemsetAsync(workspace, 0, State::counter_bytes(g.stat_groups), stream);

@@ -33,7 +33,8 @@ struct HeldPlan {
 };
 
 // The launch's shared state: a ticket counter, each row's count of published parts, and the
-// parts' statistics. The counters start at zero (one memset of counter_bytes).
+// parts' statistics. The counters start at zero (one memset of counter_bytes). The channels
+// kernel (channels.cuh) keeps a statistic's blocks' parts in it likewise.
 template <typename Stat> struct HeldState {
   unsigned long long* ticket;
   unsigned* published;
