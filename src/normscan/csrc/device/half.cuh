@@ -35,4 +35,25 @@ template <> struct Convert<__nv_bfloat16> {
   }
 };
 
+// max.NaN on pairs: one instruction for two elements and no widening (a maximum is exact in
+// the element type); sm_80 and later.
+template <> struct Pairs<__half> {
+  static __device__ __forceinline__ uint32_t max(uint32_t a, uint32_t b) {
+    uint32_t m;
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+    return m;
+  }
+  static __device__ __forceinline__ float low(uint32_t p) { return __half2float(__ushort_as_half(p & 0xffffu)); }
+  static __device__ __forceinline__ float high(uint32_t p) { return __half2float(__ushort_as_half(p >> 16)); }
+};
+template <> struct Pairs<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t max(uint32_t a, uint32_t b) {
+    uint32_t m;
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(m) : "r"(a), "r"(b));
+    return m;
+  }
+  static __device__ __forceinline__ float low(uint32_t p) { return __uint_as_float(p << 16); }
+  static __device__ __forceinline__ float high(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
+};
+
 }  // namespace normscan

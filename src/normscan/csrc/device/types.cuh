@@ -23,6 +23,11 @@ template <typename T> struct Convert {
   }
 };
 
+// Pairs of 16-bit elements in one 32-bit register (device/half.cuh defines them for fp16
+// and bf16): max, the lane-wise maximum in T itself, a NaN winning; low and high, the two
+// elements widened to fp32.
+template <typename T> struct Pairs;
+
 // Clusters of up to 16 blocks: more than 8 (sm_90's portable limit) is opted into per kernel.
 constexpr int kMaxCluster = 16, kMaxPortableCluster = 8;
 

@@ -165,23 +165,20 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       for (int i = 0; i < V; ++i)
         if (i < cur.edge_count) edge.v[i] = cur.x[cur.edge_start + i];
     }
-    // R over this thread's held values, f(value) of each.
-    auto fold = [&](auto combine, A acc, auto f) {
+    // R over this thread's held values, f(value) of each; of_vector(acc, vector) takes a
+    // whole body vector's at once.
+    auto fold_with = [&](auto combine, A acc, auto f, auto of_vector) {
       using R = decltype(combine);
 #pragma unroll
       for (int k = 0; k < NV; ++k)
-        if (has(cur, k)) {
-#pragma unroll
-          for (int i = 0; i < V; ++i) acc = R::apply(acc, f(Convert<T>::to_acc(buf[k].v[i])));
-        }
+        if (has(cur, k)) acc = of_vector(acc, buf[k]);
       if (SNV > 0) {
         cp_async_wait_all();
 #pragma unroll
         for (int k = NV; k < NV + SNV; ++k)
           if (has(cur, k)) {
-            const VT v = *slot(k);
-#pragma unroll
-            for (int i = 0; i < V; ++i) acc = R::apply(acc, f(Convert<T>::to_acc(v.v[i])));
+            const VT v = *slot(k);  // one 16-byte read
+            acc = of_vector(acc, v);
           }
       }
       if (CLUSTER || cur.edge_count > 0) {
@@ -191,10 +188,20 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       return acc;
     };
+    auto fold = [&](auto combine, A acc, auto f) {
+      using R = decltype(combine);
+      return fold_with(combine, acc, f, [&](A s, const VT& v) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) s = R::apply(s, f(Convert<T>::to_acc(v.v[i])));
+        return s;
+      });
+    };
     A shift = A(0), sum;
     if constexpr (SHIFTED) {
       // This thread's maximum and sum of map(x - maximum), then the row's (one reduction).
-      MaxSum<A> stat{fold(MaxOp{}, MaxOp::identity<A>(), [](A v) { return v; }), A(0)};
+      MaxSum<A> stat{fold_with(MaxOp{}, MaxOp::identity<A>(), [](A v) { return v; },
+                               [](A m, const VT& v) { return vec_max(v, m); }),
+                     A(0)};
       if (stat.max != MaxOp::identity<A>()) stat.sum = fold(SumOp{}, A(0), [&](A v) { return Op::map(v - stat.max); });
       stat = block_group_reduce<MaxSumOp, WARPS_PER_ROW>(stat, warp_stat[parity], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     if constexpr (Op::kGrouped) {
       if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a.grouping, cur.row, shift, sum);
     }
-    const A scale = Op::scale(sum, a.view.length, a.eps);
+    const A scale = Op::template scale<T>(sum, a.view.length, a.eps);
     const ChannelRow<T> ch = [&] {  // a grouped op's weight and bias (only theirs: the others' code stays)
       if constexpr (Op::kGrouped) return ChannelRow<T>::at(a, cur.row);
       else return ChannelRow<T>{};
@@ -242,7 +249,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       A v[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
+      for (int i = 0; i < V; ++i) v[i] = Op::template apply<T>(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
