@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
 #endif
     const auto coefs = [&] {
-      if constexpr (Op::kCentered) return Gradient::template coefs<T>(sd, first, n, a.eps);
-      else return Gradient::template coefs<T>(sd, n, a.eps);
+      if constexpr (Op::kCentered) return Gradient::coefs(sd, first, n, a.eps);
+      else return Gradient::coefs(sd, n, a.eps);
     }();
     T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
 #pragma unroll

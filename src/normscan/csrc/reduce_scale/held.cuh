@@ -153,7 +153,7 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
     for (int64_t i = t; i < p.parts; i += THREADS)
       stat = RowStatOp<Op>::apply(stat, load_from_l2(st.part_stats + q.row * p.parts + i));
     stat = block_group_reduce<RowStatOp<Op>, THREADS / 32>(stat, scratch, first_warp, me, bar);
-    const RowScale<A> rs = row_scale<Op, T>(stat, a.view.length, a.eps, r.template pilot<Op>());
+    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, r.template pilot<Op>());
     if constexpr (Op::kGrouped) {
       if (q.part == 0 && t == 0) write_stat(a.grouping, q.row, rs.shift, stat.m2);
     }

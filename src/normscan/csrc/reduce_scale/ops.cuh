@@ -61,8 +61,8 @@ struct ReduceScaleTraits {
 template <typename Op> struct ScaledGradient {
   template <typename T, typename A> static __device__ __forceinline__ A value(A x) { return x; }
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A x, A gw) { return {Op::map(x), gw * x}; }
-  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t n, double eps) {
-    const A c = Op::template scale<T>(s.a, n, eps);
+  template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t n, double eps) {
+    const A c = Op::scale(s.a, n, eps);
     return {c, Op::grad_coef(c, n) * s.b};
   }
   template <typename A> static __device__ __forceinline__ A grad(A x, A gw, SumPair<A> k) {
@@ -73,9 +73,9 @@ template <typename Op> struct ScaledGradient {
 struct L2NormOp : ReduceScaleTraits {
   static constexpr bool kFusedBackward = true;
   using Gradient = ScaledGradient<L2NormOp>;
-  template <typename T, typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
-  template <typename T, typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
     return A(1) / sqrt(s);
   }
   template <typename A> static __device__ __forceinline__ A dmap(A v) { return v; }
@@ -84,9 +84,9 @@ struct L2NormOp : ReduceScaleTraits {
 struct L1NormOp : ReduceScaleTraits {
   static constexpr bool kFusedBackward = true;
   using Gradient = ScaledGradient<L1NormOp>;
-  template <typename T, typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return fabs(v); }
-  template <typename T, typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double) {
     return A(1) / (s / A(n));
   }
   // sign(v), 0 at 0 (PyTorch's gradient of |v| there), NaN at NaN.
@@ -96,9 +96,9 @@ struct L1NormOp : ReduceScaleTraits {
 struct RmsNormOp : ReduceScaleTraits {
   static constexpr bool kWeighted = true, kFusedBackward = true;
   using Gradient = ScaledGradient<RmsNormOp>;
-  template <typename T, typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
-  template <typename T, typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
     return A(1) / sqrt(s / A(n) + A(eps));
   }
   template <typename A> static __device__ __forceinline__ A dmap(A v) { return v; }
@@ -115,16 +115,12 @@ struct RmsNormOp : ReduceScaleTraits {
 #ifndef NORMSCAN_EXP_FTZ
 #define NORMSCAN_EXP_FTZ 1
 #endif
-constexpr float kLog2E = 1.4426950408889634f;
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
   if constexpr (sizeof(A) == 4) {
     if constexpr (!NORMSCAN_EXP_FTZ) return __expf(x);
-    return exp2_ftz(x * kLog2E);
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
   } else {
     return exp(x);
   }
@@ -149,7 +145,7 @@ template <typename T, typename A> __device__ __forceinline__ A exp_of(A x) {
 struct SoftmaxGradient {
   template <typename T, typename A> static __device__ __forceinline__ A value(A u) { return exp_of<T>(u); }
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A e, A g) { return {e, g * e}; }
-  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
+  template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     const A inv = A(1) / s.a;
     return {inv, s.b * inv};
   }
@@ -158,38 +154,24 @@ struct SoftmaxGradient {
 struct LogSoftmaxGradient {
   template <typename T, typename A> static __device__ __forceinline__ A value(A u) { return exp_of<T>(u); }
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A e, A g) { return {e, g}; }
-  template <typename T, typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
+  template <typename A> static __device__ __forceinline__ SumPair<A> coefs(SumPair<A> s, int64_t, double) {
     return {A(1) / s.a, s.b};
   }
   template <typename A> static __device__ __forceinline__ A grad(A e, A g, SumPair<A> k) { return g - e * k.a * k.b; }
 };
-// A 16-bit softmax row's scale is log2(1 / S), and apply one exp2 of u log2(e) + scale (an
-// fma), where exp(u) / S takes two multiplies: the fma's rounding (2**-18 of the result at
-// most, where it is above the flush) is far below a 16-bit result's half ulp (2**-9, fp16
-// 2**-12); fp32 rows keep exp(u) * (1 / S).
-#ifndef NORMSCAN_SOFTMAX_LOG2_SCALE
-#define NORMSCAN_SOFTMAX_LOG2_SCALE 1
-#endif
 struct SoftmaxOp : ReduceScaleTraits {
   static constexpr bool kMaxShifted = true, kFusedBackward = true;
   using Gradient = SoftmaxGradient;
-  template <typename T, typename A> static constexpr bool kLog2Scale = NORMSCAN_SOFTMAX_LOG2_SCALE && sizeof(T) == 2;
   template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
-  template <typename T, typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) {
-    if constexpr (kLog2Scale<T, A>) return -log2f(s);
-    else return A(1) / s;
-  }
-  template <typename T, typename A> static __device__ __forceinline__ A apply(A u, A scale) {
-    if constexpr (kLog2Scale<T, A>) return exp2_ftz(fmaf(u, kLog2E, scale));
-    else return exp_shifted(u) * scale;
-  }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return A(1) / s; }
+  template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return exp_shifted(u) * scale; }
 };
 struct LogSoftmaxOp : ReduceScaleTraits {
   static constexpr bool kMaxShifted = true, kFusedBackward = true;
   using Gradient = LogSoftmaxGradient;
   template <typename A> static __device__ __forceinline__ A map(A u) { return exp_shifted(u); }
-  template <typename T, typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return log(s); }
-  template <typename T, typename A> static __device__ __forceinline__ A apply(A u, A scale) { return u - scale; }
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t, double) { return log(s); }
+  template <typename A> static __device__ __forceinline__ A apply(A u, A scale) { return u - scale; }
 };
 
 // layer_norm's, with u = x - mean, r = 1 / sqrt(var + eps) and gw = g * w: PyTorch's
@@ -205,9 +187,9 @@ template <typename Op> struct CenteredGradient {
   template <typename A> static __device__ __forceinline__ SumPair<A> shift_terms(A x, A gw) { return {x, gw}; }
   template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A gw) { return {u * u, gw * u}; }
   // s: the sums of terms; first: those of shift_terms (first.b: sum(gw)).
-  template <typename T, typename A>
+  template <typename A>
   static __device__ __forceinline__ CenteredCoefs<A> coefs(SumPair<A> s, SumPair<A> first, int64_t n, double eps) {
-    const A r = Op::template scale<T>(s.a, n, eps), inv_n = A(1) / A(n);
+    const A r = Op::scale(s.a, n, eps), inv_n = A(1) / A(n);
     return {r, -r * first.b * inv_n, -r * r * r * s.b * inv_n};
   }
   template <typename A> static __device__ __forceinline__ A grad(A u, A gw, CenteredCoefs<A> k) {
@@ -224,11 +206,11 @@ template <typename Op> struct CenteredGradient {
 struct LayerNormOp : ReduceScaleTraits {
   static constexpr bool kWeighted = true, kBiased = true, kCentered = true, kFusedBackward = true;
   using Gradient = CenteredGradient<LayerNormOp>;
-  template <typename T, typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
+  template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
   // rsqrt, as PyTorch's kernel (2 ulp in fp32); IEEE division and square root spilled the
   // strided kernel's 16 columns a thread.
-  template <typename T, typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
+  template <typename A> static __device__ __forceinline__ A scale(A s, int64_t n, double eps) {
     return rsqrt(ratio(s, A(n)) + A(eps));
   }
 };
@@ -278,7 +260,7 @@ template <typename Op, typename A> __device__ __forceinline__ A shifted(A v, A s
 // y = apply(x, scale) [* w] [+ b], one element.
 template <typename Op, typename T>
 __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const T* w, const T* b, int64_t l) {
-  acc_t<T> v = Op::template apply<T>(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
+  acc_t<T> v = Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
   if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
   if constexpr (Op::kBiased) {
     if (b != nullptr) v += Convert<T>::to_acc(b[l]);
@@ -292,7 +274,7 @@ __device__ __forceinline__ Vec<T, V> scaled_in_channel(const Vec<T, V>& x, acc_t
                                                         acc_t<T> bc) {
   acc_t<T> v[V];
 #pragma unroll
-  for (int i = 0; i < V; ++i) v[i] = Op::template apply<T>(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale) * wc + bc;
+  for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale) * wc + bc;
   return from_acc_vec<T, V>(v);
 }
 

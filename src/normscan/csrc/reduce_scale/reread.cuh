@@ -81,15 +81,15 @@ template <typename Op, typename A> struct RowAccumulator {
   }
 };
 
+// A row's factor and shift (0 unless max-shifted or centered) from its statistic.
 template <typename A> struct RowScale {
   A scale, shift;
 };
-// A row's factor and shift (0 unless max-shifted or centered) from its statistic, for a row of T.
-template <typename Op, typename T, typename A = acc_t<T>>
+template <typename Op, typename A>
 __device__ __forceinline__ RowScale<A> row_scale(RowStat<Op, A> stat, int64_t n, double eps, A pilot) {
-  if constexpr (Op::kMaxShifted) return RowScale<A>{Op::template scale<T>(stat.sum, n, eps), stat.max};
-  else if constexpr (Op::kCentered) return RowScale<A>{Op::template scale<T>(stat.m2, n, eps), pilot + stat.mean};
-  else return RowScale<A>{Op::template scale<T>(stat, n, eps), A(0)};
+  if constexpr (Op::kMaxShifted) return RowScale<A>{Op::scale(stat.sum, n, eps), stat.max};
+  else if constexpr (Op::kCentered) return RowScale<A>{Op::scale(stat.m2, n, eps), pilot + stat.mean};
+  else return RowScale<A>{Op::scale(stat, n, eps), A(0)};
 }
 
 // Rows whose statistics merge (a grouped op's stat_groups; every row its own otherwise):
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scal
     if (r.has_edge(threadIdx.x)) r.add_edge(acc, threadIdx.x);
     r.template add_vectors<BLOCK>(0, r.s.nvec, acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
-    const RowScale<A> rs = row_scale<Op, T>(stat, a.view.length, a.eps, acc.pilot);
+    const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, acc.pilot);
     if constexpr (Op::kGrouped) {
       if (threadIdx.x == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
     }
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
       stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
     }
     const RereadRow<T, V> r(a, row, Op{});
-    const RowScale<A> rs = row_scale<Op, T>(stat, n, a.eps, r.template pilot<Op>());
+    const RowScale<A> rs = row_scale<Op, A>(stat, n, a.eps, r.template pilot<Op>());
     if (span == 0 && r.has_edge(threadIdx.x)) r.template scale_edge<Op>(rs, a, row, threadIdx.x);
     r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a, row);
   }

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     if constexpr (Op::kGrouped) {
       if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a.grouping, cur.row, shift, sum);
     }
-    const A scale = Op::template scale<T>(sum, a.view.length, a.eps);
+    const A scale = Op::scale(sum, a.view.length, a.eps);
     const ChannelRow<T> ch = [&] {  // a grouped op's weight and bias (only theirs: the others' code stays)
       if constexpr (Op::kGrouped) return ChannelRow<T>::at(a, cur.row);
       else return ChannelRow<T>{};
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       A v[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = Op::template apply<T>(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
+      for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];

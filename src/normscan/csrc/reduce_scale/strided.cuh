@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
       if (i >= a.view.inner) continue;
       A scale[VI];
 #pragma unroll
-      for (int v = 0; v < VI; ++v) scale[v] = Op::template scale<T>(sum.v[c][v], a.view.length, a.eps);
+      for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum.v[c][v], a.view.length, a.eps);
       // A grouped op's columns are its channels (the dispatcher's condition: inner ==
       // groups, span == length), each with its own statistic.
       if constexpr (Op::kGrouped) {
