@@ -76,12 +76,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr bool L2_LAST = false;
   constexpr bool X_L2_LAST = false;
 #endif
-  // Weighted rows held in shared memory may load their weight a batch of vectors at a time
-  // ahead of the batch's stores: a load at each store waits behind the stores before it
-  // (they might alias it), so every store waits on its own round trip to L2. tuning.cuh
-  // says which rows do.
+  // Weighted rows held in shared memory may load their weight (and bias) a batch of vectors
+  // at a time ahead of the batch's stores: a load at each store waits behind the stores
+  // before it (they might alias it), so every store waits on its own round trip to L2.
+  // tuning.cuh says which rows do.
   constexpr int W_BATCH = Cfg::kWeightBatch;
-  static_assert(W_BATCH == 0 || (Op::kWeighted && !Op::kBiased && SNV > 0), "a batch of a weight, without a bias");
+  static_assert(W_BATCH == 0 || (Op::kWeighted && SNV > 0), "a batch of a weight (and bias)");
   const int2 place = CLUSTER ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;
@@ -238,7 +238,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     }();
     const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
     const bool b_vec = b != nullptr && reinterpret_cast<uintptr_t>(b + cur.body) % 16 == 0;
-    VT w_batch[W_BATCH > 0 ? W_BATCH : 1];
+    constexpr int W_SLOTS = W_BATCH > 0 ? W_BATCH : 1;
+    VT w_batch[W_SLOTS];
+    VT b_batch[Op::kBiased ? W_SLOTS : 1];
+    // A biased op's batches (its bias beside the weight) start past the register vectors,
+    // whose registers they take over: from the first, beside them, they spilled.
+    constexpr int FIRST_BATCHED = W_BATCH > 0 && Op::kBiased ? NV : 0;
+    auto batched = [](int k) { return W_BATCH > 0 && k >= FIRST_BATCHED; };
     // The weight is tested once a vector, not once an element, and 16-bit results are
     // rounded two to an instruction (fewer instructions a row: NOTES.md). W_AHEAD is written
     // so that kernels without it keep their code.
@@ -253,7 +259,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
-        else if constexpr (W_BATCH > 0) wv = w_batch[k % W_BATCH];
+        else if (batched(k)) wv = w_batch[k % W_SLOTS];
         else wv = load_vec<T, V>(w + l);
 #pragma unroll
         for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(wv.v[i]);
@@ -263,7 +269,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       if constexpr (Op::kBiased) {
         if (b_vec) {
-          const VT bv = load_vec<T, V>(b + l);
+          const VT bv = batched(k) ? b_batch[k % W_SLOTS] : load_vec<T, V>(b + l);
 #pragma unroll
           for (int i = 0; i < V; ++i) v[i] += Convert<T>::to_acc(bv.v[i]);
         } else if (b != nullptr) {
@@ -281,7 +287,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       if constexpr (W_BATCH > 0) {
 #pragma unroll
         for (int k = k0; k < k0 + BATCH && k < HELD; ++k)
-          if (has(cur, k) && w_vec) w_batch[k % W_BATCH] = load_vec<T, V>(w + at(cur, k));
+          if (has(cur, k) && batched(k)) {
+            if (w_vec) w_batch[k % W_BATCH] = load_vec<T, V>(w + at(cur, k));
+            if constexpr (Op::kBiased) {
+              if (b_vec) b_batch[k % W_BATCH] = load_vec<T, V>(b + at(cur, k));
+            }
+          }
       }
 #pragma unroll
       for (int k = k0; k < k0 + BATCH && k < HELD; ++k)

@@ -72,12 +72,26 @@ using RowsBlock = RowsConfig<1024, 1024, 4, 0, 1>;
 // A weighted fp32 row loads its weight 2 vectors at a time ahead of their stores (rms_norm+w,
 // ms, one at each store -> 2 -> 4 at a time; 4 spilled): 1024x65536 0.221 -> 0.194 -> 0.204,
 // 512x131072 0.234 -> 0.213 -> 0.213, 256x262144 0.240 -> 0.232 -> 0.224. bf16 rows were no
-// faster (0.105 -> 0.106 -> 0.115 at 1024x65536), and layer_norm's bias with its weight
-// spilled at 2: both load at each store. Loading the weight through the read-only path
-// (ld.global.nc, which the compiler may issue ahead of the stores) instead: 0.228, and
+// faster (0.105 -> 0.106 -> 0.115 at 1024x65536). Loading the weight through the read-only
+// path (ld.global.nc, which the compiler may issue ahead of the stores) instead: 0.228, and
 // layer_norm's rows of 32768 and longer 6-23% slower.
+// layer_norm's fp32 bias is loaded in the weight's batches, past the row's register vectors
+// (rows.cuh), and those are 2 instead of 5 (14 vectors in shared memory, 112 KB a block, two
+// a SM): with 5, 4 and 3 it spilled 56, 24 and 8 bytes. ms, H100, 2026-11-26, loads at each
+// store -> batches with 2 register vectors (4 of them: 24 bytes spilled): layer_norm + w + b
+// 8192x32768 1.054 -> 0.812 (0.963), 4096x65536 1.137 -> 0.885; + w 0.773 -> 0.767, 0.846 ->
+// 0.818; without either (the same kernel) 0.742 -> 0.749, 0.745 -> 0.754.
+#ifndef NORMSCAN_ROWS_BIAS_BATCH  // 1: a biased op's bias loaded in the weight's batches
+#define NORMSCAN_ROWS_BIAS_BATCH 1
+#endif
+#ifndef NORMSCAN_ROWS_BIASED_REG_VECS  // its rows' register vectors then
+#define NORMSCAN_ROWS_BIASED_REG_VECS 2
+#endif
 template <typename T, typename Op>
-constexpr int kRowsWeightBatch = std::is_same<T, float>::value && Op::kWeighted && !Op::kBiased ? NORMSCAN_ROWS_WEIGHT_BATCH : 0;
+constexpr int kRowsWeightBatch =
+    std::is_same<T, float>::value && Op::kWeighted && !Op::kGrouped && (!Op::kBiased || NORMSCAN_ROWS_BIAS_BATCH)
+        ? NORMSCAN_ROWS_WEIGHT_BATCH
+        : 0;
 // Clustered rows with a weight and no bias (rms_norm's) run on a persistent grid, each cluster
 // taking row after row, fp32 rows filling the next row's slots during their stores (which a
 // grid of a cluster a row never reaches). ms, rms_norm+w, H100 | H200 (2026-11-25, tools/tune.py,
@@ -90,9 +104,13 @@ constexpr int kRowsWeightBatch = std::is_same<T, float>::value && Op::kWeighted 
 // slower on the H100 (1.552 -> 1.586) though faster on the H200 (1.237 -> 1.221): those keep
 // a cluster a row.
 template <typename Op> constexpr bool kRowsWeightedPersistent = NORMSCAN_ROWS_WEIGHTED_PERSISTENT && Op::kWeighted && !Op::kBiased;
+// Register vectors of a cluster's block (above: fp32 5, others 4; layer_norm's fp32 2).
 template <typename T, typename Op>
-using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, sizeof(T) == 4 ? 5 : 4,
-                               NORMSCAN_ROWS_HELD - (sizeof(T) == 4 ? 5 : 4), 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
+constexpr int kRowsClusterRegVecs =
+    sizeof(T) != 4 ? 4 : (Op::kBiased && kRowsWeightBatch<T, Op> > 0 ? NORMSCAN_ROWS_BIASED_REG_VECS : 5);
+template <typename T, typename Op>
+using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, kRowsClusterRegVecs<T, Op>,
+                               NORMSCAN_ROWS_HELD - kRowsClusterRegVecs<T, Op>, 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
                                NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && (Op::kMaxShifted || kRowsWeightedPersistent<Op>),
                                kRowsWeightBatch<T, Op>>;
 // Up to this many blocks, the fewest that hold the row; longer rows are held across the GPU
