@@ -136,11 +136,19 @@ template <typename A> __device__ __forceinline__ MeanM2<A> shfl_xor(MeanM2<A> v,
 // MaxSum pairs: the maximum first, then each lane's sum rescaled to it once and the sums
 // added, one exp a lane where a MaxSumOp a step takes two (ten in all: a 16-bit softmax row
 // of 32 elements a thread spent more instructions on its reductions' exps than on its own).
+// MeanM2 moments likewise: the count and the mean first (sums of n and n * mean), then each
+// lane's m2 + n (mean - the mean)^2 added (Chan's merge of all lanes at once), one division
+// a lane where a MeanM2Op a step takes one and three shuffles.
 template <typename Op, typename A>
 __device__ __forceinline__ A warp_reduce(A v) {
   if constexpr (std::is_same<Op, MaxSumOp>::value) {
     const auto m = warp_reduce<MaxOp>(v.max);
     return A{m, warp_reduce<SumOp>(MaxSumOp::rescaled(v, m))};
+  } else if constexpr (std::is_same<Op, MeanM2Op>::value) {
+    using S = decltype(v.n);
+    const S n = warp_reduce<SumOp>(v.n), total = warp_reduce<SumOp>(v.n * v.mean);
+    const S mean = n == S(0) ? S(0) : ratio(total, n), d = v.mean - mean;
+    return A{n, mean, warp_reduce<SumOp>(v.n == S(0) ? S(0) : v.m2 + v.n * d * d)};
   } else {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, shfl_xor(v, o));
