@@ -52,9 +52,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr int WARPS_PER_ROW = TPR / 32;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   constexpr bool SHIFTED = Op::kMaxShifted;  // reduces MaxSum pairs instead (map is exp)
-  constexpr bool CENTERED = Op::kCentered;   // two sums a row: the mean's (buffer 0), then map's (1)
-  __shared__ A warp_part[2][SHIFTED ? 1 : BLOCK / 32];  // double-buffered: one barrier per row
+  // A centered op reduces MeanM2 moments (map is a square); a grouped one its sum, then its
+  // squared deviations (buffers 0 and 1).
+  constexpr bool CENTERED = Op::kCentered, MOMENTS = CENTERED && !Op::kGrouped;
+  __shared__ A warp_part[2][SHIFTED || MOMENTS ? 1 : BLOCK / 32];  // double-buffered: one barrier per row
   __shared__ A cta_part[2];
+  __shared__ MeanM2<A> warp_m2[2][MOMENTS ? BLOCK / 32 : 1];
+  __shared__ MeanM2<A> cta_m2[2];
   __shared__ MaxSum<A> warp_stat[2][SHIFTED ? BLOCK / 32 : 1];
   __shared__ MaxSum<A> cta_stat[2];
   extern __shared__ uint4 held[];
@@ -210,9 +214,28 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       shift = stat.max;
       sum = stat.sum;
     } else {
-      if constexpr (CENTERED) {
-        // The mean as the row's first element plus the mean of the differences from it:
-        // summing x itself lost 0.7 ulp of a mean of 1e3 (PyTorch's Welford 0.3).
+      if constexpr (MOMENTS) {
+        // The moments of x less the row's first element (summing x itself lost 0.7 ulp of a
+        // mean of 1e3; PyTorch's Welford 0.3): this thread's count, mean and squared
+        // deviations from it (exact, two passes over its registers), then the row's, merged
+        // in one reduction (MeanM2Op; one barrier a row where the mean's sum and then the
+        // squared deviations' took two).
+        const A pilot = Convert<T>::to_acc(cur.x[0]);
+        const A total = fold(SumOp{}, A(0), [&](A v) { return v - pilot; });
+        // has(cur, k) for k * TPR + t < mine: the first min(NV + SNV, ceil((mine - t) / TPR)).
+        const int count = V * min(NV + SNV, max(0, (cur.mine - t + TPR - 1) / TPR)) + cur.edge_count;
+        const A n = A(count), mean = count > 0 ? ratio(total, n) : A(0);
+        MeanM2<A> m{n, mean, fold(SumOp{}, A(0), [&](A v) { return Op::map(v - pilot - mean); })};
+        m = block_group_reduce<MeanM2Op, WARPS_PER_ROW>(m, warp_m2[parity], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+        if (csize > 1) m = cluster_reduce<MeanM2Op>(m, &cta_m2[parity], csize);
+#endif
+        shift = pilot + m.mean;
+        sum = m.m2;
+      } else if constexpr (CENTERED) {
+        // A grouped op's rows (their channels' weight and bias beside): the row's sum first,
+        // then its squared deviations, two reductions (in one, its 16-bit clustered kernels
+        // spilled 4-8 bytes).
         const A pilot = Convert<T>::to_acc(cur.x[0]);
         A total = fold(SumOp{}, A(0), [&](A v) { return v - pilot; });
         total = block_group_sum<WARPS_PER_ROW>(total, warp_part[0], group * WARPS_PER_ROW, me);
@@ -220,13 +243,18 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
         if (csize > 1) total = cluster_sum(total, &cta_part[0], csize);
 #endif
         shift = pilot + total / A(a.view.length);
-      }
-      const int buf = CENTERED ? 1 : parity;
-      sum = fold(SumOp{}, A(0), [&](A v) { return Op::map(shifted<Op>(v, shift)); });
-      sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[buf], group * WARPS_PER_ROW, me);
+        sum = fold(SumOp{}, A(0), [&](A v) { return Op::map(v - shift); });
+        sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[1], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
-      if (csize > 1) sum = cluster_sum(sum, &cta_part[buf], csize);
+        if (csize > 1) sum = cluster_sum(sum, &cta_part[1], csize);
 #endif
+      } else {
+        sum = fold(SumOp{}, A(0), [&](A v) { return Op::map(v); });
+        sum = block_group_sum<WARPS_PER_ROW>(sum, warp_part[parity], group * WARPS_PER_ROW, me);
+#ifdef NORMSCAN_CLUSTERS
+        if (csize > 1) sum = cluster_sum(sum, &cta_part[parity], csize);
+#endif
+      }
     }
     if constexpr (Op::kGrouped) {
       if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a.grouping, cur.row, shift, sum);
