@@ -316,9 +316,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
 #pragma unroll
         for (int k = k0; k < k0 + BATCH && k < HELD; ++k)
           if (has(cur, k) && batched(k)) {
-            if (w_vec) w_batch[k % W_BATCH] = load_vec<T, V>(w + at(cur, k));
+            if (w_vec) w_batch[k % W_SLOTS] = load_vec<T, V>(w + at(cur, k));
             if constexpr (Op::kBiased) {
-              if (b_vec) b_batch[k % W_BATCH] = load_vec<T, V>(b + at(cur, k));
+              if (b_vec) b_batch[k % W_SLOTS] = load_vec<T, V>(b + at(cur, k));
             }
           }
       }
