@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     }
     // R over this thread's held values, f(value) of each; of_vector(acc, vector) takes a
     // whole body vector's at once.
-    auto fold_with = [&](auto combine, A acc, auto f, auto of_vector) {
+    auto fold_with = [&](auto combine, auto acc, auto f, auto of_vector) {
       using R = decltype(combine);
 #pragma unroll
       for (int k = 0; k < NV; ++k)
@@ -217,15 +217,39 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       if constexpr (MOMENTS) {
         // The moments of x less the row's first element (summing x itself lost 0.7 ulp of a
         // mean of 1e3; PyTorch's Welford 0.3): this thread's count, mean and squared
-        // deviations from it (exact, two passes over its registers), then the row's, merged
-        // in one reduction (MeanM2Op; one barrier a row where the mean's sum and then the
-        // squared deviations' took two).
+        // deviations from it, then the row's, merged in one reduction (MeanM2Op; one barrier
+        // a row where the mean's sum and then the squared deviations' took two).
         const A pilot = Convert<T>::to_acc(cur.x[0]);
-        const A total = fold(SumOp{}, A(0), [&](A v) { return v - pilot; });
         // has(cur, k) for k * TPR + t < mine: the first min(NV + SNV, ceil((mine - t) / TPR)).
-        const int count = V * min(NV + SNV, max(0, (cur.mine - t + TPR - 1) / TPR)) + cur.edge_count;
-        const A n = A(count), mean = count > 0 ? ratio(total, n) : A(0);
-        MeanM2<A> m{n, mean, fold(SumOp{}, A(0), [&](A v) { return Op::map(v - pilot - mean); })};
+        auto held_count = [&] { return V * min(NV + SNV, max(0, (cur.mine - t + TPR - 1) / TPR)) + cur.edge_count; };
+        MeanM2<A> m = [&] {
+          if constexpr (sizeof(T) == 2 && !CLUSTER) {
+            // 16-bit rows a block holds, whose kernels are bound by their instructions: one
+            // pass, the sums of d and d^2 about this thread's first value (d = x - pilot -
+            // first), m2 = sum(d^2) - sum(d)^2 / n. The first value being one of the
+            // thread's, sum(d^2) is at most (n + 1) m2 (about 1 + z^2 for a first value z
+            // deviations out): a bounded cancellation, which 16-bit rounding hides.
+            const A first = has(cur, 0) ? Convert<T>::to_acc(buf[0].v[0]) - pilot : A(0);
+            const auto moment = [&](A v) {
+              const A d = v - pilot - first;
+              return SumPair<A>{d, d * d};
+            };
+            const SumPair<A> s = fold_with(SumPairOp{}, SumPair<A>{A(0), A(0)}, moment, [&](SumPair<A> s, const VT& v) {
+#pragma unroll
+              for (int i = 0; i < V; ++i) s = SumPairOp::apply(s, moment(Convert<T>::to_acc(v.v[i])));
+              return s;
+            });
+            const int count = held_count();
+            const A n = A(count), mean = count > 0 ? ratio(s.a, n) : A(0);
+            return MeanM2<A>{n, first + mean, max(A(0), s.b - s.a * mean)};
+          } else {
+            // The mean first, then the squared deviations from it (exact, two passes).
+            const A total = fold(SumOp{}, A(0), [&](A v) { return v - pilot; });
+            const int count = held_count();
+            const A n = A(count), mean = count > 0 ? ratio(total, n) : A(0);
+            return MeanM2<A>{n, mean, fold(SumOp{}, A(0), [&](A v) { return Op::map(v - pilot - mean); })};
+          }
+        }();
         m = block_group_reduce<MeanM2Op, WARPS_PER_ROW>(m, warp_m2[parity], group * WARPS_PER_ROW, me);
 #ifdef NORMSCAN_CLUSTERS
         if (csize > 1) m = cluster_reduce<MeanM2Op>(m, &cta_m2[parity], csize);
