@@ -96,10 +96,12 @@ using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOC
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
 // than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads; then the long rung, and
 // without a weight a cluster of two such blocks before it. 16-bit rows with a weight: the
-// long rung's dw and db, 64 elements a thread each, spilled 232-260 bytes; they take clusters
-// of the narrow blocks and then of the widest, and past those a long rung of half the
-// vectors a thread in clusters of up to 16 (bf16 8192x65536 on it from the first block
-// past a block: 1.565 -> 1.686 ms; (2048, 262144), the composite before, 13.151 -> 2.095).
+// long rung's dw and db, 64 elements a thread each, spilled 232-260 bytes; they take a block
+// of the widest (bf16 16384x16384 0.700 -> 0.645 ms against a cluster of two narrow ones;
+// rows of 32768 level, so no further), then clusters of the narrow blocks and then of the
+// widest, and past those a long rung of half the vectors a thread in clusters of up to 16
+// (bf16 8192x65536 on it from the first block past a block: 1.565 -> 1.686 ms; (2048,
+// 262144), the composite before, 13.151 -> 2.095).
 using HalfLongRung = LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, kMaxCluster, NORMSCAN_BACKWARD_LONG_VECS / 2>;
 template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
@@ -110,7 +112,7 @@ using CenteredPairRung = BackwardRowsConfig<NORMSCAN_BACKWARD_CENTERED_BLOCK, NO
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
-    CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
+    CenteredRungs<BlockRung<BackwardRows>, BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
                   BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, HalfLongRung>,
     std::conditional_t<WEIGHTED, CenteredRungs<LongRung<false>>, CenteredRungs<CenteredPairRung, LongRung<false>>>>;
 
