@@ -47,9 +47,9 @@ namespace normscan {
 #endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
-// (kMaxPortableCluster) a row, whichever is the first to hold it, then the long rows'
-// cluster of rows in shared memory (which the max-shifted ops and layer_norm take past a
-// block: below). A weighted op's: a
+// (kMaxPortableCluster) a row, whichever is the first to hold it (a weighted op's clusters
+// of narrow blocks first: below), then the long rows' cluster of rows in shared memory
+// (which the max-shifted ops and layer_norm take past a block: below). A weighted op's: a
 // persistent grid (its dw summed per block), the next rows staged. An unweighted op's: a
 // block (cluster) a row group, loaded straight into registers, twice the resident threads
 // (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms, softmax 8192x32768
@@ -93,6 +93,13 @@ template <template <int, int, bool> class Rows>
 using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
 template <template <int, int, bool> class Rows>
 using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
+// A weighted op's rows past a block go to clusters of 256-thread blocks (two a SM) before
+// those of the widest: rms_norm + w, backward alone, ms (H100, 2026-11-26, clusters of the
+// widest -> of the narrow): fp32 4096x16384 0.302 -> 0.296, 2048x32768 0.314 -> 0.305; bf16
+// 2048x32768 0.179 -> 0.177, 1024x65536 0.189 -> 0.180 (fp32 rows of 65536, past 8 narrow
+// blocks, stay on the widest).
+template <template <int, int, bool> class Rows>
+using NarrowClusterRung = Rows<256, 256, true>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
 // than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads; then the long rung, and
 // without a weight a cluster of two such blocks before it. 16-bit rows with a weight: the
@@ -182,7 +189,8 @@ template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
                                    BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
-  using Weighted = CommonRungs<BackwardRows, Block, RegisterClusterRung<BackwardRows>, LongRung<false>>;
+  using Weighted = CommonRungs<BackwardRows, Block, NarrowClusterRung<BackwardRows>, RegisterClusterRung<BackwardRows>,
+                               LongRung<false>>;
   using Unweighted = std::conditional_t<
       Op::kMaxShifted, CommonRungs<BackwardRowsPerGroup, Block, LongRung<true>>,
       CommonRungs<BackwardRowsPerGroup, Block, RegisterClusterRung<BackwardRowsPerGroup>, LongRung<false>>>;
