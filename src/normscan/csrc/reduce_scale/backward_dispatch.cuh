@@ -49,10 +49,10 @@ namespace normscan {
 // The configurations: a warp, four warps, a block or a cluster of up to 8
 // (kMaxPortableCluster) a row, whichever is the first to hold it (a weighted op's clusters
 // of narrow blocks first: below), then the long rows' cluster of rows in shared memory
-// (which the max-shifted ops and layer_norm take past a block: below). A weighted op's: a
-// persistent grid (its dw summed per block), the next rows staged. An unweighted op's: a
-// block (cluster) a row group, loaded straight into registers, twice the resident threads
-// (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms, softmax 8192x32768
+// (which the max-shifted ops take past a block, layer_norm past its widest: below). A
+// weighted op's: a persistent grid (its dw summed per block), the next rows staged. An
+// unweighted op's: a block (cluster) a row group, loaded straight into registers, twice the
+// resident threads (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms, softmax 8192x32768
 // 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the max-shifted ops' rows of
 // a block, which measured slower so (fp32 softmax 32768x4096 0.540 -> 0.555, and 0.540 ->
 // 0.548 with each exp computed once: NOTES.md). A centered op (layer_norm) carries its mean's
@@ -77,10 +77,10 @@ template <typename... Cfgs> struct BackwardRungs {};
 // their share of x and g in shared memory alone (twice the vectors a thread, one stage: the
 // next row is not on its way) and a weighted op's weight there too: up to 8 blocks of 128 KB
 // (192 KB with the weight), one a SM; the max-shifted ops', whose rows take two reductions
-// each, up to 16 blocks of 64 KB, two a SM. The max-shifted ops and layer_norm take it for
-// every row past a block (H100, fp32 8192x32768: softmax 1.190 -> 1.135 ms, layer_norm + w
-// 1.335 -> 1.156), the other norms only past the register clusters (rms_norm + w fp32
-// 1024x65536 0.320 -> 0.332 on it): NOTES.md, "The backward's long rows".
+// each, up to 16 blocks of 64 KB, two a SM. The max-shifted ops take it for every row past
+// a block, layer_norm past its widest block (H100, fp32 8192x32768: softmax 1.190 -> 1.135
+// ms, layer_norm + w 1.335 -> 1.156), the other norms only past the register clusters
+// (rms_norm + w fp32 1024x65536 0.320 -> 0.332 on it): NOTES.md, "The backward's long rows".
 template <int BLOCK, int CLUSTER, int NV = NORMSCAN_BACKWARD_LONG_VECS>
 using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NV, 512 / BLOCK, 1, true, true, true, CLUSTER>;
 template <bool SHIFTED>
@@ -101,27 +101,28 @@ using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOC
 template <template <int, int, bool> class Rows>
 using NarrowClusterRung = Rows<256, 256, true>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
-// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads; then the long rung, and
-// without a weight a cluster of two such blocks before it. 16-bit rows with a weight: the
-// long rung's dw and db, 64 elements a thread each, spilled 232-260 bytes; they take a block
-// of the widest (bf16 16384x16384 0.700 -> 0.645 ms against a cluster of two narrow ones;
-// rows of 32768 level, so no further), then clusters of the narrow blocks and then of the
-// widest, and past those a long rung of half the vectors a thread in clusters of up to 16
-// (bf16 8192x65536 on it from the first block past a block: 1.565 -> 1.686 ms; (2048,
+// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then a block of the widest,
+// then the long rung. The widest block took the rows a cluster of two narrow ones held
+// (without a weight) or the long rung (fp32 with one): layer_norm backward alone, ms (H100,
+// 2026-11-26): fp32 + w 43690x6144 1.287 -> 1.187, 32768x8192 1.159 -> 1.093; without a
+// weight fp32 32768x8192 1.111 -> 1.077, bf16 16384x16384 0.569 -> 0.549, fp32 43690x6144
+// level. 16-bit rows with a weight: the long rung's dw and db, 64 elements a thread each,
+// spilled 232-260 bytes; past the widest block (bf16 16384x16384 0.700 -> 0.645 ms on it
+// against a cluster of two narrow ones) they take clusters of the narrow blocks and then of
+// the widest, and past those a long rung of half the vectors a thread in clusters of up to
+// 16 (bf16 8192x65536 on it from the first block past a block: 1.565 -> 1.686 ms; (2048,
 // 262144), the composite before, 13.151 -> 2.095).
 using HalfLongRung = LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, kMaxCluster, NORMSCAN_BACKWARD_LONG_VECS / 2>;
 template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
-                                    BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>, Past...>;
-using CenteredPairRung = BackwardRowsConfig<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK,
-                                            NORMSCAN_BACKWARD_VECS, 512 / NORMSCAN_BACKWARD_CENTERED_BLOCK,
-                                            NORMSCAN_BACKWARD_STAGES, true, true, false, 2>;
+                                    BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
+                                    BlockRung<BackwardRows>, Past...>;
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
-    CenteredRungs<BlockRung<BackwardRows>, BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
+    CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
                   BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, HalfLongRung>,
-    std::conditional_t<WEIGHTED, CenteredRungs<LongRung<false>>, CenteredRungs<CenteredPairRung, LongRung<false>>>>;
+    CenteredRungs<LongRung<false>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
 // of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block
