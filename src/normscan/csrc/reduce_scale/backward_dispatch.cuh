@@ -121,7 +121,7 @@ template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
     CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
-                  BackwardRows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>, HalfLongRung>,
+                  RegisterClusterRung<BackwardRows>, HalfLongRung>,
     CenteredRungs<LongRung<false>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
