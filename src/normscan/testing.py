@@ -139,7 +139,7 @@ STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 20
            ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
 # Scans of slabs (csrc/scan/slab.cuh): 2 to 128 columns beside the scanned dim, each
 # dtype's column slots (2, 4 or 8 a vector) and vectors a position (1 to 32), slabs of one
-# to 90 tiles, the last partly full; a slab apart from the next (sliced); slabs of no whole
+# to 125 tiles, the last partly full; a slab apart from the next (sliced); slabs of no whole
 # vectors, and enough slabs to fill the GPU (300 of 8 columns): the strided kernel's.
 SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1, 70000, 8), torch.float32),
                ((2, 1000, 16), torch.float32), ((3, 333, 32), torch.float32), ((2, 100, 64), torch.float32),

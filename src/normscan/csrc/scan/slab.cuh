@@ -28,7 +28,14 @@ namespace normscan {
 // apart, up to MAXC columns. tuning.cuh names the one used.
 template <int BLOCK, int NV, int MINB, int64_t ENTRY, int MAXC> struct ScanSlabConfig {
   static_assert(NV % 2 == 1, "runs of an odd number of vectors");
-  static constexpr int kBlock = BLOCK, kVecs = NV, kMinBlocks = MINB, kMaxColumns = MAXC;
+  static constexpr int kBlock = BLOCK, kVecs = NV, kMaxColumns = MAXC;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // sm_80's 164 KB of shared memory holds at most 3 of these blocks: asking for more there
+  // only takes registers (16-bit slabs spilled 8 bytes at 4).
+  static constexpr int kMinBlocks = MINB < 3 ? MINB : 3;
+#else
+  static constexpr int kMinBlocks = MINB;
+#endif
   static constexpr int64_t kTileVecs = int64_t(BLOCK - 32) * NV;  // vectors of a tile
   static constexpr size_t kSmemBytes = size_t(2) * kTileVecs * 16;  // two tiles
   template <typename A> using State = ColumnLookbackState<A, ENTRY>;
@@ -59,7 +66,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   const int64_t run = int64_t(warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
   const int64_t tiles = a.view.outer * tiles_per_slab;
   using Row = ScanRow<T, V, mask_t<Op>>;
-  auto slab_of = [&](int64_t tile) { return Row::of(a, tile / tiles_per_slab, a.view.length * a.view.inner); };
+  // Tickets go round the slabs: ticket t is tile t / outer of slab t % outer, so that the
+  // tiles in flight spread over every slab's chain rather than queue on one (look-back
+  // entries are by ticket).
+  auto slab_index = [&](int64_t t) { return t % a.view.outer; };
+  auto in_slab = [&](int64_t t) { return t / a.view.outer; };
+  auto ticket_of = [&](int64_t t, int64_t j) { return j * a.view.outer + slab_index(t); };  // t's slab's tile j
+  auto slab_of = [&](int64_t tile) { return Row::of(a, slab_index(tile), a.view.length * a.view.inner); };
   auto slot = [&](int b, int64_t j) { return reinterpret_cast<VT*>(&slots[b * VECS + j]); };
   auto mine = [&](int k) { return (run * NV + k) * cvs + cv; };  // this thread's k-th vector of its run
   auto held = [&](const Row& r, int b, int64_t j) {  // in scan order
@@ -71,7 +84,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   auto stage = [&](int64_t tile, int b) {
     if (tile >= tiles) return;
     const Row r = slab_of(tile);
-    const int64_t first = (tile % tiles_per_slab) * VECS, n = min64(r.s.nvec - first, VECS);
+    const int64_t first = in_slab(tile) * VECS, n = min64(r.s.nvec - first, VECS);
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (k * DATA + d < n) cp_async16(slot(b, k * DATA + d), r.vec_ptr(first + k * DATA + d));
@@ -82,7 +95,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   unsigned phase = 0;
   auto take_in = [&](int64_t tile, int b, int next, A(&ex)[M]) {
     const Row r = slab_of(tile);
-    const int64_t c_idx = tile % tiles_per_slab, first = c_idx * VECS, n = min64(r.s.nvec - first, VECS);
+    const int64_t c_idx = in_slab(tile), first = c_idx * VECS, n = min64(r.s.nvec - first, VECS);
     cp_async_wait_all();  // only this tile's copies are in flight
     if constexpr (kMasked<Op>) {  // x times its mask, in place, by the thread that copied it
 #pragma unroll
@@ -127,7 +140,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   // tile's inclusive prefixes published. A pass takes up to 32 columns (`group`), lane
   // p * group + c: 32 / group predecessors a step, p the nearer the smaller.
   auto look_back = [&](int64_t tile, int b) {
-    const int64_t c_idx = tile % tiles_per_slab, tile0 = tile - c_idx;
+    const int64_t c_idx = in_slab(tile);
     const int group = columns < 32 ? columns : 32, p = lane / group;
     const unsigned column_lanes = static_cast<unsigned>(0xffffffffull / ((1ull << group) - 1)) << (lane % group);
     for (int c0 = 0; c0 < columns; c0 += group) {
@@ -140,7 +153,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
           A v = Op::template identity<A>();
           if (!found && j >= 0) {
             A agg;
-            do load_published(st.inclusive(tile0 + j, c), &v, &agg);
+            do load_published(st.inclusive(ticket_of(tile, j), c), &v, &agg);
             while (unpublished(v) && unpublished(agg));
             inclusive = !unpublished(v);
             if (!inclusive) v = agg;
@@ -162,7 +175,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   unsigned scanned = 0;
   auto scan_out = [&](int64_t tile, int b, const A(&ex)[M]) {
     const Row r = slab_of(tile);
-    const int64_t first = (tile % tiles_per_slab) * VECS, n = min64(r.s.nvec - first, VECS);
+    const int64_t first = in_slab(tile) * VECS, n = min64(r.s.nvec - first, VECS);
     A start[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {

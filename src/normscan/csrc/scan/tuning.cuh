@@ -29,11 +29,14 @@
 #ifndef NORMSCAN_LOOKBACK_ENTRY  // bytes from one tile's look-back entry to the next
 #define NORMSCAN_LOOKBACK_ENTRY 64
 #endif
+#ifndef NORMSCAN_SLAB_BLOCK  // threads per slab-scan block (warp 0 looks back, the rest hold tiles)
+#define NORMSCAN_SLAB_BLOCK 256
+#endif
 #ifndef NORMSCAN_SLAB_VECS  // positions a run in a slab scan's tile (odd)
-#define NORMSCAN_SLAB_VECS 7
+#define NORMSCAN_SLAB_VECS 5
 #endif
 #ifndef NORMSCAN_SLAB_MINB  // resident slab-scan blocks per SM asked of the compiler
-#define NORMSCAN_SLAB_MINB 3
+#define NORMSCAN_SLAB_MINB 4
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
@@ -71,9 +74,13 @@ constexpr int64_t kLookbackMinElements = int64_t(1) << 22;
 constexpr int kLookbackMaxRowsPerSm = 4;
 
 // ---------------------------------------------------------------- slabs (inner 2 to 128)
-// The look-back's block, up to 128 columns; 3 blocks a SM: their tiles and column totals
-// (69 KB a block for fp32) do not fit 4.
-using ScanSlab = ScanSlabConfig<NORMSCAN_LOOKBACK_BLOCK, NORMSCAN_SLAB_VECS, NORMSCAN_SLAB_MINB,
+// 256 threads, runs of 5 positions, 4 blocks a SM (54 KB a block for fp32), up to 128
+// columns. 32 MB fp32 cumsums, ms, (1024, 4096, 2) / (64, 8192, 16) / (16, 32768, 32) /
+// (8, 16384, 64), tickets round the slabs in each: 7 a run, 3 a SM .041 / .037 / .066 /
+// .047; 5, 4 a SM .035 / .035 / .067 / .049; 512 threads, 5, 2 a SM .041 / .041 / .073 /
+// .052; 128, 7, 8 a SM .035 / .033 / .070 / .054; 192, 7, 5 a SM .034 / .036 / .067 / .050
+// (masked_cumsum: 5, 4 a SM the best or level at each).
+using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCAN_SLAB_MINB,
                                 NORMSCAN_LOOKBACK_ENTRY, 128>;
 
 // ---------------------------------------------------------------- strided (inner > 1)
