@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <type_traits>
 
 namespace normscan {
 
@@ -78,5 +79,12 @@ __device__ __forceinline__ Vec<T, N> from_acc_vec(const acc_t<T> (&v)[N]) {
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// f(std::true_type{}) or f(std::false_type{}): a launch-wide flag as a constant inside a
+// loop, where as a value it costs a select on every element.
+template <typename F> __device__ __forceinline__ void with_flag(bool flag, F&& f) {
+  if (flag) f(std::true_type{});
+  else f(std::false_type{});
+}
 
 }  // namespace normscan

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
   const int columns = static_cast<int>(a.view.inner);
   const int cvs = columns / M, cv = lane % cvs;
-  const int64_t run = int64_t(warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
+  const int run = (warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
   const int64_t tiles = a.view.outer * tiles_per_slab;
   using Row = ScanRow<T, V, mask_t<Op>>;
   // Tickets go round the slabs: ticket t is tile t / outer of slab t % outer, so that the
@@ -75,16 +75,19 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   auto slab_of = [&](int64_t tile) { return Row::of(a, slab_index(tile), a.view.length * a.view.inner); };
   auto slot = [&](int b, int64_t j) { return reinterpret_cast<VT*>(&slots[b * VECS + j]); };
   auto mine = [&](int k) { return (run * NV + k) * cvs + cv; };  // this thread's k-th vector of its run
-  auto held = [&](const Row& r, int b, int64_t j) {  // in scan order
+  // Tile-local indices are ints: a tile has kTileVecs vectors (64-bit ones cost a third of
+  // the scan loop's instructions).
+  auto held = [&](auto reverse, int b, int j) {  // in scan order
     VT v = *slot(b, j);
-    if (r.reverse) Row::flip(&v);
+    if constexpr (decltype(reverse)::value) Row::flip(&v);
     return v;
   };
   // Data warps: start copying `tile` into buffer b, warp-striped.
   auto stage = [&](int64_t tile, int b) {
     if (tile >= tiles) return;
     const Row r = slab_of(tile);
-    const int64_t first = in_slab(tile) * VECS, n = min64(r.s.nvec - first, VECS);
+    const int64_t first = in_slab(tile) * VECS;
+    const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (k * DATA + d < n) cp_async16(slot(b, k * DATA + d), r.vec_ptr(first + k * DATA + d));
@@ -95,7 +98,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   unsigned phase = 0;
   auto take_in = [&](int64_t tile, int b, int next, A(&ex)[M]) {
     const Row r = slab_of(tile);
-    const int64_t c_idx = in_slab(tile), first = c_idx * VECS, n = min64(r.s.nvec - first, VECS);
+    const int64_t c_idx = in_slab(tile), first = c_idx * VECS;
+    const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
     cp_async_wait_all();  // only this tile's copies are in flight
     if constexpr (kMasked<Op>) {  // x times its mask, in place, by the thread that copied it
 #pragma unroll
@@ -110,13 +114,15 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     A t[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) t[m] = Op::template identity<A>();
+    with_flag(r.reverse, [&](auto reverse) {
 #pragma unroll 1  // a vector at a time from shared memory: unrolled, 16-bit slabs spilled
-    for (int k = 0; k < NV; ++k)
-      if (mine(k) < n) {
-        const VT v = held(r, b, mine(k));
+      for (int k = 0; k < NV; ++k)
+        if (mine(k) < n) {
+          const VT v = held(reverse, b, mine(k));
 #pragma unroll
-        for (int i = 0; i < V; ++i) t[i % M] = Op::apply(t[i % M], to_scan<T>(v.v[i]));
-      }
+          for (int i = 0; i < V; ++i) t[i % M] = Op::apply(t[i % M], to_scan<T>(v.v[i]));
+        }
+    });
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const A inc = warp_inclusive_scan_strided<Op>(t[m], lane, cvs);
@@ -175,7 +181,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   unsigned scanned = 0;
   auto scan_out = [&](int64_t tile, int b, const A(&ex)[M]) {
     const Row r = slab_of(tile);
-    const int64_t first = in_slab(tile) * VECS, n = min64(r.s.nvec - first, VECS);
+    const int64_t first = in_slab(tile) * VECS;
+    const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
     A start[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -184,17 +191,22 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       for (int w = 0; w < warp - 1; ++w) before = Op::apply(before, s_wtot[b][w][c]);
       start[m] = Op::apply(before, ex[m]);
     }
+    with_flag(r.reverse, [&](auto reverse) {
+      with_flag(a.exclusive, [&](auto exclusive) {
 #pragma unroll 1
-    for (int k = 0; k < NV; ++k)
-      if (mine(k) < n) {
-        const VT v = held(r, b, mine(k));
-        VT out;
+        for (int k = 0; k < NV; ++k)
+          if (mine(k) < n) {
+            const VT v = held(reverse, b, mine(k));
+            VT out;
 #pragma unroll
-        for (int i = 0; i < V; ++i)
-          start[i % M] = scan_step<Op, T>(to_scan<T>(v.v[i]), start[i % M], a.exclusive, true, out.v[i]);
-        if (r.reverse) Row::flip(&out);
-        *slot(b, mine(k)) = out;
-      }
+            for (int i = 0; i < V; ++i)
+              start[i % M] = scan_step<Op, T>(to_scan<T>(v.v[i]), start[i % M], decltype(exclusive)::value, true,
+                                              out.v[i]);
+            if constexpr (decltype(reverse)::value) Row::flip(&out);
+            *slot(b, mine(k)) = out;
+          }
+      });
+    });
     mbarrier_arrive(&s_scanned);
     mbarrier_wait(&s_scanned, scanned);
     scanned ^= 1;
