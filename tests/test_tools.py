@@ -92,3 +92,24 @@ def test_ncu_probe_scripts_compile_and_quack_cases_need_quack(tmp_path, capsys, 
     assert ncu_probe.main(tmp_path, ["quack"]) == 2
     out = capsys.readouterr().out
     assert out.count("left out, quack does not import") == sum(n.startswith("quack ") for n in ncu_probe.CASES) > 0
+
+
+def test_ncu_source_summary_ranks_instructions_reasons_and_opcodes():
+    """The --source summary of a two-kernel SASS page: each kernel's stall reasons by share,
+    its instructions by samples, its executed instructions by opcode (predicates dropped)."""
+    import ncu_probe
+
+    head = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+            '"stall_barrier","stall_wait","stall_barrier (Not Issued)"\n')
+    page = ('"Kernel Name","void k1(int)",\n' + head
+            + '"0x0","  LDS.128 R4, [R2]","10","100","0","10","0"\n'
+            + '"0x10","  BAR.SYNC.DEFER_BLOCKING 0x0","30","100","30","0","30"\n'
+            + '"0x20","@P0   BRA 0x40","0","200","0","0","0"\n'
+            + '"Kernel Name","void k2(int)",\n' + head
+            + '"0x0","  DADD R2, R2, R4","5","50","0","5","0"\n')
+    out = ncu_probe.source_summary(page, top=1).splitlines()
+    assert out[0].startswith("void k1(int): 40 samples, 400 warp instructions executed")
+    assert out[1] == "  stalls: barrier 75.0%, wait 25.0%"
+    assert out[2].split()[:3] == ["1", "75.0%", "BAR.SYNC.DEFER_BLOCKING"] and out[2].endswith("barrier")
+    assert out[3] == "  executed: BRA 50.0%, LDS 25.0%, BAR 25.0%"
+    assert out[4].startswith("void k2(int): 5 samples") and out[5] == "  stalls: wait 100.0%"

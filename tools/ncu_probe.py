@@ -1,6 +1,8 @@
 """DRAM bytes of our kernels by ncu's own counters, against the bytes a single pass moves.
 
     python tools/ncu_probe.py OUTDIR [CASE ...]
+    python tools/ncu_probe.py OUTDIR --source [CASE ...]
+    python tools/ncu_probe.py --summarize FILE.csv [TOP]
 
 Runs each case (all, or those whose name holds one of the CASE substrings) once under ncu
 (Nsight Compute) and prints, per kernel, the DRAM bytes read and written and their ratio to
@@ -8,12 +10,18 @@ x's size: 1.00 read and 1.00 written is one pass. Each case also gets ncu's thro
 warp-stall, occupancy, scheduler and pipe sections (OUTDIR/ncu-detail.txt). The cases are the open speed
 gaps of issues #20-#22, and QuACK's kernel on the long rows where it is ahead (its cases are
 left out, with a line saying so, where quack does not import).
+
+--source: instead, each case's SASS source page (ncu's SourceCounters: warp-stall samples and
+instructions executed, by instruction) to OUTDIR/CASE-sass.csv, and its summary: the stall
+reasons' shares, the instructions with the most samples, and the instructions executed by
+opcode. --summarize prints that summary of such a file (one brought back from the device).
 """
 
 import csv
 import importlib.util
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,5 +122,83 @@ def main(out: Path, wanted: list[str]) -> int:
     return 0
 
 
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def source_summary(text: str, top: int = 30) -> str:
+    """ncu's SASS source page (`--page source --csv --print-source sass`), a block a kernel:
+    the stall reasons' shares of the samples, the `top` instructions by samples (their index
+    on the page, share, text and two main reasons), and the instructions executed by opcode."""
+    lines = []
+    for block in text.split('"Kernel Name",')[1:]:
+        kernel = next(csv.reader(io.StringIO(block.splitlines()[0])))[0]
+        rows = list(csv.DictReader(io.StringIO(block[block.find('"Address"'):])))
+        if not rows or SAMPLES not in rows[0]:
+            lines.append(f"{kernel[:100]}: no stall samples on the page")
+            continue
+        reasons = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
+        samples = [_number(r[SAMPLES]) for r in rows]
+        total = sum(samples) or 1.0
+        executed = [_number(r.get(EXECUTED, "0")) for r in rows]
+        lines.append(f"{kernel[:100]}: {sum(samples):.0f} samples, {sum(executed):.0f} warp instructions executed")
+        shares = sorted(((sum(_number(r[k]) for r in rows) / total, k[len("stall_"):]) for k in reasons), reverse=True)
+        lines.append("  stalls: " + ", ".join(f"{name} {100 * v:.1f}%" for v, name in shares if v >= 0.005))
+        for i in sorted(sorted(range(len(rows)), key=lambda i: -samples[i])[:top]):
+            why = sorted(((_number(rows[i][k]), k[len("stall_"):]) for k in reasons), reverse=True)[:2]
+            named = " ".join(name for v, name in why if v > 0)
+            lines.append(f"  {i:5d} {100 * samples[i] / total:5.1f}%  {rows[i]['Source'].strip()[:72]:72s} {named}")
+        by_opcode: dict[str, float] = {}
+        for r, n in zip(rows, executed):
+            words = r["Source"].split()
+            if words and words[0].startswith("@"):  # a predicate
+                words = words[1:]
+            opcode = words[0].split(".")[0] if words else "?"
+            by_opcode[opcode] = by_opcode.get(opcode, 0.0) + n
+        done = sum(executed) or 1.0
+        ranked = sorted(by_opcode.items(), key=lambda kv: -kv[1])[:20]
+        lines.append("  executed: " + ", ".join(f"{k} {100 * v / done:.1f}%" for k, v in ranked))
+    return "\n".join(lines) if lines else "no kernel on the page"
+
+
+def source_pages(out: Path, wanted: list[str]) -> int:
+    """--source: each case's SASS source page to OUTDIR/CASE-sass.csv, and its summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    cases = {name: case for name, case in CASES.items() if not wanted or any(w in name for w in wanted)}
+    if not cases:
+        print(f"ncu_probe: no case's name holds {wanted}; the cases: {', '.join(CASES)}")
+        return 2
+    status = 0
+    for name, (call, shape, dtype) in cases.items():
+        slug = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+        report = out / f"{slug}.ncu-rep"
+        run = ncu(["--section", "WarpStateStats", "--section", "SourceCounters", "-f", "-o", str(report.with_suffix(""))],
+                  script(call, shape, dtype))
+        page = subprocess.run(["ncu", "-i", str(report), "--page", "source", "--csv", "--print-source", "sass"],
+                              capture_output=True, text=True)
+        if page.returncode != 0 or '"Kernel Name"' not in page.stdout:
+            print(f"== {name}: no source page ({run.stderr[-500:]}{page.stderr[-500:]})")
+            status = 1
+            continue
+        (out / f"{slug}-sass.csv").write_text(page.stdout)
+        report.unlink(missing_ok=True)  # large, and the page holds what is read here
+        print(f"== {name}\n{source_summary(page.stdout)}")
+    return status
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "ncu-out"), sys.argv[2:]))
+    args = sys.argv[1:]
+    if args[:1] == ["--summarize"]:
+        print(source_summary(Path(args[1]).read_text(), int(args[2]) if len(args) > 2 else 30))
+        raise SystemExit(0)
+    folder = Path(args[0] if args else "ncu-out")
+    if "--source" in args:
+        raise SystemExit(source_pages(folder, [a for a in args[1:] if a != "--source"]))
+    raise SystemExit(main(folder, args[1:]))
