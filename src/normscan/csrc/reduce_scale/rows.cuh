@@ -192,9 +192,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       return acc;
     };
-    auto fold = [&](auto combine, A acc, auto f) {
+    auto fold = [&](auto combine, auto acc, auto f) {
       using R = decltype(combine);
-      return fold_with(combine, acc, f, [&](A s, const VT& v) {
+      return fold_with(combine, acc, f, [&](auto s, const VT& v) {
 #pragma unroll
         for (int i = 0; i < V; ++i) s = R::apply(s, f(Convert<T>::to_acc(v.v[i])));
         return s;
@@ -234,11 +234,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
               const A d = v - pilot - first;
               return SumPair<A>{d, d * d};
             };
-            const SumPair<A> s = fold_with(SumPairOp{}, SumPair<A>{A(0), A(0)}, moment, [&](SumPair<A> s, const VT& v) {
-#pragma unroll
-              for (int i = 0; i < V; ++i) s = SumPairOp::apply(s, moment(Convert<T>::to_acc(v.v[i])));
-              return s;
-            });
+            const SumPair<A> s = fold(SumPairOp{}, SumPair<A>{A(0), A(0)}, moment);
             const int count = held_count();
             const A n = A(count), mean = count > 0 ? ratio(s.a, n) : A(0);
             return MeanM2<A>{n, first + mean, max(A(0), s.b - s.a * mean)};

@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   __syncthreads();
   int64_t newer = older < tiles ? s_ticket[1] : tiles;
   if (warp > 0) stage(newer, 1);
+  const int passes = columns >= 64 ? 2 : 1;  // of the look-back: warp 0's, and warp 1's from 64 columns on
   for (int b = 0; older < tiles; b ^= 1) {
-    const int passes = columns >= 64 ? 2 : 1;
     if (warp == 0) {
       look_back(older, b, 0, passes);
     } else if (newer < tiles) {
