@@ -80,7 +80,7 @@ def test_kernelbench_eval_runs_the_checkouts_checker_on_each_exported_file(tmp_p
 
 def test_ncu_probe_scripts_compile_and_quack_cases_need_quack(tmp_path, capsys, monkeypatch):
     """Every case's program is valid Python; without quack its cases are named and left out
-    before ncu runs (here no case is left, so it stops with the list of cases)."""
+    before ncu runs, in both modes (here no case is left, so it stops with the list of cases)."""
     import importlib.util
 
     import ncu_probe
@@ -89,9 +89,11 @@ def test_ncu_probe_scripts_compile_and_quack_cases_need_quack(tmp_path, capsys, 
         compile(ncu_probe.script(call, shape, dtype), name, "exec")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "quack" else real(n, *a))
-    assert ncu_probe.main(tmp_path, ["quack"]) == 2
-    out = capsys.readouterr().out
-    assert out.count("left out, quack does not import") == sum(n.startswith("quack ") for n in ncu_probe.CASES) > 0
+    quack_cases = sum(n.startswith("quack ") for n in ncu_probe.CASES)
+    for run in (ncu_probe.main, ncu_probe.source_pages):  # the bytes, and --source
+        assert run(tmp_path, ["quack"]) == 2
+        out = capsys.readouterr().out
+        assert out.count("left out, quack does not import") == quack_cases > 0
 
 
 def test_ncu_source_summary_ranks_instructions_reasons_and_opcodes():

@@ -77,8 +77,9 @@ def ncu(args: list[str], code: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=dict(os.environ))
 
 
-def main(out: Path, wanted: list[str]) -> int:
-    out.mkdir(parents=True, exist_ok=True)
+def selected(wanted: list[str]) -> dict:
+    """The cases whose name holds one of `wanted` (all where it is empty), less QuACK's where
+    quack does not import (each named); says so where none is left."""
     cases = {name: case for name, case in CASES.items() if not wanted or any(w in name for w in wanted)}
     if importlib.util.find_spec("quack") is None:
         for name in [n for n in cases if n.startswith("quack ")]:
@@ -86,6 +87,13 @@ def main(out: Path, wanted: list[str]) -> int:
             del cases[name]
     if not cases:
         print(f"ncu_probe: no case's name holds {wanted}; the cases: {', '.join(CASES)}")
+    return cases
+
+
+def main(out: Path, wanted: list[str]) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    cases = selected(wanted)
+    if not cases:
         return 2
     rows = []
     for name, (call, shape, dtype) in cases.items():
@@ -171,9 +179,8 @@ def source_summary(text: str, top: int = 30) -> str:
 def source_pages(out: Path, wanted: list[str]) -> int:
     """--source: each case's SASS source page to OUTDIR/CASE-sass.csv, and its summary."""
     out.mkdir(parents=True, exist_ok=True)
-    cases = {name: case for name, case in CASES.items() if not wanted or any(w in name for w in wanted)}
+    cases = selected(wanted)
     if not cases:
-        print(f"ncu_probe: no case's name holds {wanted}; the cases: {', '.join(CASES)}")
         return 2
     status = 0
     for name, (call, shape, dtype) in cases.items():
