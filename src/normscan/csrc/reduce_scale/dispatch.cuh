@@ -235,6 +235,7 @@ inline cudaError_t launch_strided(const ArgsFor<T, Op>& a, cudaStream_t stream, 
 // The strided config Cfg with as many blocks a cluster as its columns need.
 template <typename T, typename Op, typename Cfg>
 inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t stream) {
+  static_assert(Cfg::kClustered, "a clustered launch of a config without the cluster's column sums");
   return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
 }
 

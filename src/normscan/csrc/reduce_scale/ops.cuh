@@ -268,6 +268,15 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, cons
   return Convert<T>::from_acc(v);
 }
 
+// The same with the weight and bias as values: w applied where WEIGHTED, b where `biased`.
+template <typename Op, bool WEIGHTED, typename T>
+__device__ __forceinline__ T scale_with(T x, acc_t<T> scale, acc_t<T> shift, acc_t<T> w, bool biased, acc_t<T> b) {
+  acc_t<T> v = Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
+  if constexpr (WEIGHTED) v *= w;
+  if (biased) v += b;
+  return Convert<T>::from_acc(v);
+}
+
 // y = apply(x, scale) * wc + bc of V elements of one channel (weight wc, bias bc).
 template <typename Op, typename T, int V>
 __device__ __forceinline__ Vec<T, V> scaled_in_channel(const Vec<T, V>& x, acc_t<T> scale, acc_t<T> shift, acc_t<T> wc,

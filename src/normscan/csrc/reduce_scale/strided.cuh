@@ -24,11 +24,14 @@ namespace normscan {
 
 // A strided kernel's shape (the letters of the kernel's comment); MINB resident blocks a SM
 // asked of the compiler; SM90_ONLY: launched on sm_90 and later only, its code left out of
-// older architectures' builds. tuning.cuh names the ones used.
-template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB, bool SM90_ONLY = false>
+// older architectures' builds; CLUSTERED: launched on clusters (launch_strided_cluster), the
+// only ones that keep the cluster's column sums. tuning.cuh names the ones used.
+template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB, bool SM90_ONLY = false,
+          bool CLUSTERED = false>
 struct StridedConfig {
+  static_assert(!CLUSTERED || (IN_REGS && BY > 1), "a cluster's blocks hold their columns' parts");
   static constexpr int kBx = BX, kBy = BY, kItems = ITEMS, kCpt = CPT, kVi = VI, kMinBlocks = MINB;
-  static constexpr bool kInRegs = IN_REGS, kSm90Only = SM90_ONLY;
+  static constexpr bool kInRegs = IN_REGS, kSm90Only = SM90_ONLY, kClustered = CLUSTERED;
   static constexpr int kThreads = BX * BY;
   static constexpr int kTile = BX * CPT * VI;  // positions along inner per tile
   static constexpr int64_t kHeld = int64_t(BY) * ITEMS;  // positions of the reduced dim a block holds (IN_REGS)
@@ -66,7 +69,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
   const int2 place = cluster_place();
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
-  constexpr bool CLUSTERED = IN_REGS && BY > 1;  // the launchers cluster only such blocks
+  constexpr bool CLUSTERED = Cfg::kClustered;
   // Column sums of each block of the cluster, pushed by that block.
   __shared__ A cta_sum[2][CLUSTERED ? 8 : 1][CLUSTERED ? TILE : 1];
   // A block may write another's shared memory only once that block has started
@@ -222,40 +225,58 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
                                 [&] {
                                   if (!SHIFTED) prefetch_next();
                                 });
+    // Whether there is a weight is a constant in the stores (with_flag), and the weight and bias
+    // are loaded once an item, whose VI columns share its position l. Checked and loaded for
+    // each element (scale_one), the 16-bit clustered kernel took 8 loads and checks a vector,
+    // predicated off without a weight: about half the stores' instructions (ncu). A grouped
+    // op's columns are its channels, a weight each: it keeps scale_one's (its 16-bit clustered
+    // kernel spilled 4-12 bytes with either flag a constant).
+    auto store_tile = [&](auto weighted) {
+      constexpr bool WEIGHTED = decltype(weighted)::value;
+      const bool biased = Op::kBiased && a.b != nullptr;
 #pragma unroll
-    for (int c = 0; c < CPT; ++c) {
-      const int64_t i = i0 + c * BX * VI;
-      if (i >= a.view.inner) continue;
-      A scale[VI];
+      for (int c = 0; c < CPT; ++c) {
+        const int64_t i = i0 + c * BX * VI;
+        if (i >= a.view.inner) continue;
+        A scale[VI];
 #pragma unroll
-      for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum.v[c][v], a.view.length, a.eps);
-      // A grouped op's columns are its channels (the dispatcher's condition: inner ==
-      // groups, span == length), each with its own statistic.
-      if constexpr (Op::kGrouped) {
-        if (ty == 0 && crank == 0) {
+        for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum.v[c][v], a.view.length, a.eps);
+        // A grouped op's columns are its channels (the dispatcher's condition: inner ==
+        // groups, span == length), each with its own statistic.
+        if constexpr (Op::kGrouped) {
+          if (ty == 0 && crank == 0) {
 #pragma unroll
-          for (int v = 0; v < VI; ++v) write_stat(a.grouping, o * a.view.inner + i + v, shift.v[c][v], sum.v[c][v]);
+            for (int v = 0; v < VI; ++v) write_stat(a.grouping, o * a.view.inner + i + v, shift.v[c][v], sum.v[c][v]);
+          }
+        }
+        auto scale_vec = [&](const VT& x, int64_t l) {
+          VT out;
+          if constexpr (Op::kGrouped) {
+#pragma unroll
+            for (int v = 0; v < VI; ++v) out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, a.b, i + v);
+          } else {
+            const A wl = WEIGHTED ? Convert<T>::to_acc(a.w[l]) : A(1);
+            const A bl = biased ? Convert<T>::to_acc(a.b[l]) : A(0);
+#pragma unroll
+            for (int v = 0; v < VI; ++v) out.v[v] = scale_with<Op, WEIGHTED>(x.v[v], scale[v], shift.v[c][v], wl, biased, bl);
+          }
+          return out;
+        };
+        T* q = a.y + o * a.view.y_so + i * a.view.y_si + (l0 + ty) * a.view.y_sl;
+        if (IN_REGS) {
+#pragma unroll
+          for (int k = 0; k < HELD; ++k, q += y_step)
+            if (k < count) *reinterpret_cast<VT*>(q) = scale_vec(vals[c][k], l0 + ty + int64_t(k) * BY);
+        } else {
+          const T* p = a.x + o * a.view.x_so + i * a.view.x_si + ty * a.view.x_sl;
+#pragma unroll 8
+          for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step)
+            *reinterpret_cast<VT*>(q) = scale_vec(*reinterpret_cast<const VT*>(p), ty + k * BY);
         }
       }
-      auto scale_vec = [&](const VT& x, int64_t l) {
-        VT out;
-#pragma unroll
-        for (int v = 0; v < VI; ++v)
-          out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, a.b, Op::kGrouped ? i + v : l);
-        return out;
-      };
-      T* q = a.y + o * a.view.y_so + i * a.view.y_si + (l0 + ty) * a.view.y_sl;
-      if (IN_REGS) {
-#pragma unroll
-        for (int k = 0; k < HELD; ++k, q += y_step)
-          if (k < count) *reinterpret_cast<VT*>(q) = scale_vec(vals[c][k], l0 + ty + int64_t(k) * BY);
-      } else {
-        const T* p = a.x + o * a.view.x_so + i * a.view.x_si + ty * a.view.x_sl;
-#pragma unroll 8
-        for (int64_t k = 0; k < count; ++k, p += x_step, q += y_step)
-          *reinterpret_cast<VT*>(q) = scale_vec(*reinterpret_cast<const VT*>(p), ty + k * BY);
-      }
-    }
+    };
+    if constexpr (Op::kGrouped) store_tile(std::false_type{});  // scale_one's checks (as constants they spilled)
+    else with_flag(a.w != nullptr, [&](auto weighted) { store_tile(weighted); });
   }
 #ifdef NORMSCAN_CLUSTERS
   // No block may leave while another can still read its shared memory.

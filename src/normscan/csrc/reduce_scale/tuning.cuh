@@ -276,7 +276,7 @@ using StridedVecTall = StridedConfig<256 / NORMSCAN_STRIDED_TALL_BY, NORMSCAN_ST
 // than 8 blocks of 4 x 16 hold); H100 against the sweep at 735e3c8, 0.079 -> 0.067. On sm_80
 // (one block, columns of 65-128) the 16-bit kernels spilled 52 bytes: sm_90 only there.
 template <typename T>
-using StridedVecCluster = StridedConfig<32, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2>;
+using StridedVecCluster = StridedConfig<32, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2, true>;
 // Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
@@ -286,7 +286,8 @@ template <typename T, typename Op>
 using StridedFew = StridedConfig<NORMSCAN_STRIDED_BX, 1, 4 / kStridedRegs<T>, true, (Op::kCentered ? 8 : 16) / kStridedRegs<T>,
                                  1, NORMSCAN_STRIDED_MINB>;
 template <typename T> using StridedShort = StridedConfig<NORMSCAN_STRIDED_BX, 1, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
-template <typename T> using StridedCluster = StridedConfig<32, 8, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
+template <typename T>
+using StridedCluster = StridedConfig<32, 8, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB, false, true>;
 // Longer columns are read twice (the second time partly from L2).
 template <typename T> using StridedVecReread = StridedConfig<32, 8, 1, false, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
 using StridedReread = StridedConfig<32, 32, 1, false, 1, 1, 1>;
