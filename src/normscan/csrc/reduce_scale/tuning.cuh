@@ -275,8 +275,16 @@ using StridedVecTall = StridedConfig<256 / NORMSCAN_STRIDED_TALL_BY, NORMSCAN_ST
 // 0.082, (8, 1024, 64, 64) 0.072 -> 0.060 (1024 positions took the scalar kernel before: more
 // than 8 blocks of 4 x 16 hold); H100 against the sweep at 735e3c8, 0.079 -> 0.067. On sm_80
 // (one block, columns of 65-128) the 16-bit kernels spilled 52 bytes: sm_90 only there.
+// Blocks of 16 x 8 threads (128 columns of 16-bit types a tile, 64 of fp32; three blocks a
+// SM by their registers) against 32 x 8 (two): (8, 1024, 64, 64) ms, H100 (2026-11-26, tools/tune.py, 3 rounds),
+// bf16 0.066 -> 0.060, fp32 0.104 -> 0.101; 16 x 16 threads of 8 vectors 0.069 and 0.101
+// (three blocks a SM, MINB 3: 0.061 and 0.102, but every other strided config slower).
+#ifndef NORMSCAN_STRIDED_CLUSTER_BX  // threads along inner of a cluster's block
+#define NORMSCAN_STRIDED_CLUSTER_BX 16
+#endif
 template <typename T>
-using StridedVecCluster = StridedConfig<32, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2, true>;
+using StridedVecCluster =
+    StridedConfig<NORMSCAN_STRIDED_CLUSTER_BX, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2, true>;
 // Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
