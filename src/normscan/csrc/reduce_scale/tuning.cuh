@@ -278,13 +278,18 @@ using StridedVecTall = StridedConfig<256 / NORMSCAN_STRIDED_TALL_BY, NORMSCAN_ST
 // Blocks of 16 x 8 threads (128 columns of 16-bit types a tile, 64 of fp32; three blocks a
 // SM by their registers) against 32 x 8 (two): (8, 1024, 64, 64) ms, H100 (2026-11-26, tools/tune.py, 3 rounds),
 // bf16 0.066 -> 0.060, fp32 0.104 -> 0.101; 16 x 16 threads of 8 vectors 0.069 and 0.101
-// (three blocks a SM, MINB 3: 0.061 and 0.102, but every other strided config slower).
+// (three blocks a SM, MINB 3: 0.061 and 0.102, but every other strided config slower). The
+// same blocks for the other ops, us (probe of both builds, CUDA events, L2 flushed, median of 3
+// x 15), (8, 1024, 64, 64) and (4, 512, 128, 128): l2_normalize bf16 69.1 -> 64.4, 64.6 ->
+// 61.1, fp32 107.1 -> 104.2, 106.8 -> 104.5; softmax bf16 94.9 -> 89.3, 83.5 -> 84.0, but fp32
+// 122.7 -> 125.2, 122.8 -> 124.5 (two reductions a tile, and half the columns a tile to pay
+// for them): fp32 softmaxes keep 32 x 8.
 #ifndef NORMSCAN_STRIDED_CLUSTER_BX  // threads along inner of a cluster's block
 #define NORMSCAN_STRIDED_CLUSTER_BX 16
 #endif
-template <typename T>
-using StridedVecCluster =
-    StridedConfig<NORMSCAN_STRIDED_CLUSTER_BX, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2, true>;
+template <typename T, typename Op>
+using StridedVecCluster = StridedConfig<std::is_same<T, float>::value && Op::kMaxShifted ? 32 : NORMSCAN_STRIDED_CLUSTER_BX, 8, 16,
+                                        true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2, true>;
 // Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
