@@ -414,9 +414,12 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # Rows of 65539 and longer take a cluster (fp32's weight loaded in batches ahead of the
         # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
         # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
-        # loads in flight during this one's stores).
+        # loads in flight during this one's stores). Strided columns of 16-byte vectors: one
+        # block a tile (200) and a cluster a tile (700, 1000), a weight per position.
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                   ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
+                                  ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
+                                  ((2, 1000, 2, 8), 1, torch.bfloat16),
                                   ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
                                   ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
                                   ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
