@@ -275,15 +275,15 @@ using StridedVecTall = StridedConfig<256 / NORMSCAN_STRIDED_TALL_BY, NORMSCAN_ST
 // 0.082, (8, 1024, 64, 64) 0.072 -> 0.060 (1024 positions took the scalar kernel before: more
 // than 8 blocks of 4 x 16 hold); H100 against the sweep at 735e3c8, 0.079 -> 0.067. On sm_80
 // (one block, columns of 65-128) the 16-bit kernels spilled 52 bytes: sm_90 only there.
-// Blocks of 16 x 8 threads (128 columns of 16-bit types a tile, 64 of fp32; three blocks a
-// SM by their registers) against 32 x 8 (two): (8, 1024, 64, 64) ms, H100 (2026-11-26, tools/tune.py, 3 rounds),
-// bf16 0.066 -> 0.060, fp32 0.104 -> 0.101; 16 x 16 threads of 8 vectors 0.069 and 0.101
-// (three blocks a SM, MINB 3: 0.061 and 0.102, but every other strided config slower). The
-// same blocks for the other ops, us (probe of both builds, CUDA events, L2 flushed, median of 3
-// x 15), (8, 1024, 64, 64) and (4, 512, 128, 128): l2_normalize bf16 69.1 -> 64.4, 64.6 ->
-// 61.1, fp32 107.1 -> 104.2, 106.8 -> 104.5; softmax bf16 94.9 -> 89.3, 83.5 -> 84.0, but fp32
-// 122.7 -> 125.2, 122.8 -> 124.5 (two reductions a tile, and half the columns a tile to pay
-// for them): fp32 softmaxes keep 32 x 8.
+// Blocks of 16 x 8 threads (128 columns of 16-bit types a tile, 64 of fp32; three blocks a SM
+// by their registers) against 32 x 8 (two): (8, 1024, 64, 64) ms, H100 (2026-11-26,
+// tools/tune.py, 3 rounds), bf16 0.066 -> 0.060, fp32 0.104 -> 0.101; 16 x 16 threads of 8
+// vectors 0.069 and 0.101 (three blocks a SM, MINB 3: 0.061 and 0.102, but every other strided
+// config slower). The same blocks for the other ops, us (probe of both builds, CUDA events, L2
+// flushed, median of 3 x 15), (8, 1024, 64, 64) and (4, 512, 128, 128): l2_normalize bf16 69.1
+// -> 64.4, 64.6 -> 61.1, fp32 107.1 -> 104.2, 106.8 -> 104.5; softmax bf16 94.9 -> 89.3, 83.5
+// -> 84.0, but fp32 122.7 -> 125.2, 122.8 -> 124.5 (two reductions a tile, and half the columns
+// a tile to pay for them): fp32 softmaxes keep 32 x 8.
 #ifndef NORMSCAN_STRIDED_CLUSTER_BX  // threads along inner of a cluster's block
 #define NORMSCAN_STRIDED_CLUSTER_BX 16
 #endif
