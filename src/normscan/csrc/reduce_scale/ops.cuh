@@ -257,10 +257,16 @@ template <typename Op, typename A> __device__ __forceinline__ A shifted(A v, A s
   else return v;
 }
 
+// apply(x, scale) of one element, in the accumulator's type: y before any weight and bias.
+template <typename Op, typename T>
+__device__ __forceinline__ acc_t<T> scaled_value(T x, acc_t<T> scale, acc_t<T> shift) {
+  return Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
+}
+
 // y = apply(x, scale) [* w] [+ b], one element.
 template <typename Op, typename T>
 __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const T* w, const T* b, int64_t l) {
-  acc_t<T> v = Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
+  acc_t<T> v = scaled_value<Op>(x, scale, shift);
   if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
   if constexpr (Op::kBiased) {
     if (b != nullptr) v += Convert<T>::to_acc(b[l]);
@@ -271,7 +277,7 @@ __device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, cons
 // The same with the weight and bias as values: w applied where WEIGHTED, b where `biased`.
 template <typename Op, bool WEIGHTED, typename T>
 __device__ __forceinline__ T scale_with(T x, acc_t<T> scale, acc_t<T> shift, acc_t<T> w, bool biased, acc_t<T> b) {
-  acc_t<T> v = Op::apply(shifted<Op>(Convert<T>::to_acc(x), shift), scale);
+  acc_t<T> v = scaled_value<Op>(x, scale, shift);
   if constexpr (WEIGHTED) v *= w;
   if (biased) v += b;
   return Convert<T>::from_acc(v);
@@ -283,7 +289,7 @@ __device__ __forceinline__ Vec<T, V> scaled_in_channel(const Vec<T, V>& x, acc_t
                                                         acc_t<T> bc) {
   acc_t<T> v[V];
 #pragma unroll
-  for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale) * wc + bc;
+  for (int i = 0; i < V; ++i) v[i] = scaled_value<Op>(x.v[i], scale, shift) * wc + bc;
   return from_acc_vec<T, V>(v);
 }
 

@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       A v[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = Op::apply(shifted<Op>(Convert<T>::to_acc(x.v[i]), shift), scale);
+      for (int i = 0; i < V; ++i) v[i] = scaled_value<Op>(x.v[i], scale, shift);
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
