@@ -59,8 +59,9 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   // A masked row's vector j as loaded, its mask elements apart; then masked and in scan
   // order. Apart so that a chunk issues all its loads before it uses one (ScanChunk::load).
   using Mask = LoadedMask<M, V>;
+  __device__ __forceinline__ Mask mask_of(int64_t j) const { return Mask::load(this->m + vec_start(j)); }
   __device__ __forceinline__ Vec<T, V> fetch(int64_t j, Mask* mask) const {
-    *mask = Mask::load(this->m + vec_start(j));
+    *mask = mask_of(j);
     return load_vec<T, V>(vec_ptr(j));
   }
   __device__ __forceinline__ void mask_in_scan_order(Vec<T, V>* v, const Mask& mask) const {
