@@ -431,6 +431,14 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                         sample=(0, 6)))
         out.append(Case(f"{op} >2**31 strided (2, 64, 2**24+8)", op,
                         maker((2, 64, (1 << 24) + 8), torch.float32, dist), 1, sample=(2, 64)))
+        # Few rows past 2**31 elements in all (scans: the look-back kernel; the others: rows
+        # split across blocks), and a scan's few columns beside a long dim (the slab kernel);
+        # the first and last row or slab checked whole.
+        out.append(Case(f"{op} >2**31 long rows (9, 2**28+3)", op,
+                        maker((9, (1 << 28) + 3), torch.float32, long_dist), 1, sample=(0, 0)))
+        if is_scan:
+            out.append(Case(f"{op} >2**31 slabs (9, 2**26+1, 4)", op,
+                            maker((9, (1 << 26) + 1, 4), torch.float32, long_dist), 1, sample=(0, 0)))
     return out
 
 
