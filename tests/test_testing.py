@@ -56,6 +56,24 @@ def test_a_cpu_check_runs_the_reference():
     assert result.passed and result.error < 1e-6
 
 
+def test_a_sampled_check_takes_its_slices_one_at_a_time_and_catches_a_wrong_one(monkeypatch):
+    """The huge cases' path: slices of one dim (the first and last among them), each against
+    its own float64 reference."""
+    case = testing.Case("rms sampled", "rms_norm", testing.maker((6, 40)), 1, sample=(0, 1))
+    result = testing.check(case, "cpu")
+    assert result.passed and result.error < 1e-6 and result.detail.startswith("checked")
+    spec = REGISTRY["rms_norm"]
+    real = type(spec).call
+
+    def wrong_last_row(self, x, dim, *args):
+        y = real(self, x, dim, *args)
+        y[-1] *= 1.001
+        return y
+
+    monkeypatch.setattr(type(spec), "call", wrong_last_row)
+    assert not testing.check(case, "cpu").passed
+
+
 @pytest.mark.gpu
 def test_a_wrong_kernel_fails_the_check(monkeypatch):
     """The harness catches a kernel that skips elements or computes the wrong thing."""
