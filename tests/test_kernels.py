@@ -1,5 +1,5 @@
 """Every kernel family on a CUDA device: each case of each op (testing.py) against float64.
-NORMSCAN_TEST_HUGE=0 leaves out the >2**31-element cases (~40 GB of device memory)."""
+NORMSCAN_TEST_HUGE=0 leaves out the >2**31-element cases (tens of GB of device memory: they fit an 80 GB H100)."""
 
 import os
 

@@ -8,8 +8,8 @@
 #   cases and the nvcc compile checks (CI runs those), in 8 pytest-xdist processes (in one
 #   they took over 9 min on the H100: each step fits one 10-minute device call; -v, so that
 #   a log cut off at a call's limit names each test that ran); cases: the
-#   float64 cases alone; huge:
-#   the >2**31-element cases (~40 GB of device memory); training: `bench --training` (backward
+#   float64 cases alone; huge: the >2**31-element cases (tens of GB of device memory:
+#   they fit an 80 GB H100); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
 #   built in the background while the earlier steps run; ncu: tools/ncu_probe.py, the DRAM
@@ -21,7 +21,8 @@
 #   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:
 #   `normscan verify`, every case including the >2**31-element ones.
 # Seen on an H100: every op's build side by side ~60 s, cases 17 s, sanitize ~4.5 min, bench
-# and the two sweeps with the peers ~4 min together, their install included (2026-11-25).
+# and the two sweeps with the peers ~4 min together, their install included (2026-11-25);
+# huge 3 min (2026-11-26).
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: $0 OUTDIR [steps...]" >&2; exit 2; fi
 dir=$1
