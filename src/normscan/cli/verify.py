@@ -13,7 +13,8 @@ from ..registry import REGISTRY
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a representative subset (seconds, not minutes)")
-    p.add_argument("--no-huge", action="store_true", help="skip the >2**31-element cases (tens of GB of device memory: they fit an 80 GB H100)")
+    p.add_argument("--no-huge", action="store_true",
+                   help="skip the >2**31-element cases (tens of GB of device memory: they fit an 80 GB H100)")
     p.add_argument("--ops", nargs="+", choices=list(REGISTRY), metavar="OP",
                    help=f"only these ops ({', '.join(REGISTRY)})")
 
