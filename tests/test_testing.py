@@ -51,6 +51,24 @@ def test_rel_error_takes_overflow_in_the_output_dtype():
     assert testing.rel_error(inf_too_early, ref)[1] == "inf mismatch"
 
 
+def test_rel_error_in_chunks_is_the_whole_tensors_and_finds_mismatches_past_the_first(monkeypatch):
+    ref = torch.randn(50, dtype=torch.float64)
+    out = ref.float()
+    whole = testing.rel_error(out, ref)
+    monkeypatch.setattr(testing, "REL_ERROR_CHUNK", 7)
+    chunked = testing.rel_error(out, ref)
+    assert chunked[1] == "" and math.isclose(chunked[0], whole[0], rel_tol=1e-12)
+    nan_late = out.clone()
+    nan_late[[20, 43]] = math.nan
+    assert testing.rel_error(nan_late, ref) == (math.inf, "NaN mismatch at 2 elements")
+    inf_late = out.clone()
+    inf_late[48] = math.inf
+    assert testing.rel_error(inf_late, ref) == (math.inf, "inf mismatch")
+    wrong_late = out.clone()
+    wrong_late[45] += 1.0
+    assert testing.rel_error(wrong_late, ref)[0] > 1e-3
+
+
 def test_a_cpu_check_runs_the_reference():
     result = testing.check(testing.Case("rms", "rms_norm", testing.maker((3, 40)), 1, with_weight=True), "cpu")
     assert result.passed and result.error < 1e-6

@@ -454,18 +454,21 @@ def _dt(dtype: torch.dtype) -> str:
 
 
 # ---------------------------------------------------------------- checking
+REL_ERROR_CHUNK = 1 << 26  # elements rel_error takes at a time
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
     """(relative error over finite reference values, mismatch description or "").
 
     The reference is exact (float64); where its value lies beyond out's dtype, PyTorch's op
     in that dtype gives inf too, so its infinities are taken after rounding to out's dtype.
-    Taken in chunks of 2**26 elements: the float64 copies of a huge slice at once did not fit
-    an 80 GB GPU.
+    Taken in chunks of REL_ERROR_CHUNK elements: the float64 copies of a huge slice at once
+    did not fit an 80 GB GPU.
     """
     out, ref = out.reshape(-1), ref.reshape(-1)
     nan_mismatches, inf_mismatch, diff2, norm2 = 0, False, 0.0, 0.0
-    for start in range(0, max(out.numel(), 1), 1 << 26):
-        o, r = out[start:start + (1 << 26)], ref[start:start + (1 << 26)]
+    for start in range(0, max(out.numel(), 1), REL_ERROR_CHUNK):
+        o, r = out[start:start + REL_ERROR_CHUNK], ref[start:start + REL_ERROR_CHUNK]
         r_in_dtype = r.to(o.dtype).double()
         o = o.double()
         nan_r, nan_o = r.isnan(), o.isnan()
