@@ -19,6 +19,9 @@ def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
         for shape in [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]:
             assert entries[f"rms_norm dim=1 {shape} {dt}"].dim == 1
     assert not any(l.startswith("cumsum") and l.endswith("bfloat16") for l in entries)  # scans: fp32
+    for op in ("l2_normalize", "l1_normalize", "rms_norm", "softmax", "log_softmax"):  # few columns beside the dim
+        for shape in [(64, 4096, 8), (8, 1 << 20, 4)]:
+            assert entries[f"{op} dim=1 {shape} float32"].dim == 1 and f"{op} dim=1 {shape} bfloat16" not in entries
 
 
 def test_host_time_cases_time_ours_against_pytorchs_op():

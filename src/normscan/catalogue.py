@@ -26,6 +26,10 @@ LAST_DIM_SHAPES = {"softmax": LLM_ROW_SHAPES, "log_softmax": LLM_ROW_SHAPES}
 # NCHW tensors (fp32).
 WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
 CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]
+# A dim with few columns beside it (a (batch, time, features) tensor with few features), the
+# scans' slab shapes' counterpart for the ops over a dim (fp32): never timed before
+# (NOTES.md, "Reduce-scale over a dim with few columns beside it").
+FEW_COLUMN_SHAPES = [(64, 4096, 8), (8, 1 << 20, 4)]
 # Long rows along the last dim (issue #22, where QuACK was ahead): the norms over one dim,
 # rms_norm with and without its weight, beside the peers.
 LONG_ROW_SHAPES = [(1024, 65536), (512, 131072), (256, 262144)]
@@ -156,8 +160,9 @@ def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
 
 
 def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entry]:
-    """Each op's shape sweep: rows and the channel RMSNorm in every dtype asked; the scans in
-    float32 when it is asked (their bars are fp32), else in the dtypes asked."""
+    """Each op's shape sweep: rows and the channel RMSNorm in every dtype asked; the scans and
+    the few-column dims in float32 when it is asked (their bars are fp32), else in the dtypes
+    asked."""
     out: list[Entry] = []
     specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
     for dtype in dtypes:
@@ -196,6 +201,9 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
     for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
         dt = str(dtype).replace("torch.", "")
         for spec in specs:
+            if spec.family.name == "reduce_scale" and spec.region == "dim":
+                for shape in FEW_COLUMN_SHAPES:
+                    out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
             if spec.family.name == "scan":
                 for shape, dim in SCAN_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} dim={dim} {dt}", spec, shape, dtype, dim))

@@ -121,7 +121,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"only these ops ({', '.join(REGISTRY)})")
     p.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
                    help="dtypes for --sweep (default: rows and the channel RMSNorm in float32 and bfloat16, "
-                        "the scans in float32; without float32, everything in the dtypes given)")
+                        "the scans and the few-column dims in float32; without float32, everything in the "
+                        "dtypes given)")
     p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT,
                    help=f"timed runs per round; their median is the round's time (default {DEFAULT_REPEAT})")
     p.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS,
