@@ -122,6 +122,14 @@ def _inf_nan(x):
         flat[1, flat.shape[1] // 2] = float("-inf")
 
 
+def _special_columns(x):
+    """Columns along dim 1 of a 3-d x: one of zeros, one of -inf, one with +inf, one with a NaN."""
+    x[0, :, 0] = 0
+    x[0, :, 1] = float("-inf")
+    x[-1, x.shape[1] // 2, 0] = float("inf")
+    x[-1, 1, -1] = float("nan")
+
+
 # ---------------------------------------------------------------- cases
 ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (3, 65539), (2, 300001)]
 # (300, 4097): read twice, one block a row; (3, 3 * 2**16): a cluster of 6 blocks (16-bit: 3),
@@ -137,15 +145,22 @@ STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 20
            ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
            ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 30001, 3), 1), ((3, 5, 7, 9), 0),
            ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
-# Scans of slabs (csrc/scan/slab.cuh): 2 to 128 columns beside the scanned dim, each
-# dtype's column slots (2, 4 or 8 a vector) and vectors a position (1 to 32), slabs of one
-# to 125 tiles, the last partly full; a slab apart from the next (sliced); slabs of no whole
-# vectors, and enough slabs to fill the GPU (300 of 8 columns): the strided kernel's.
+# Slabs (csrc/scan/slab.cuh, csrc/reduce_scale/slab.cuh), every op over dim 1: 2 to 128
+# columns beside the dim, each dtype's column slots (2, 4 or 8 a vector) and vectors a
+# position (1 to 32), slabs of one to 125 scan tiles, the last partly full; a slab apart from
+# the next (sliced); slabs of no whole vectors, and enough slabs to fill the GPU (300 of 8
+# columns): the strided scan's. The reduce-scale ops read a slab of 8 tiles (8192 vectors) or
+# more with several blocks (LONG_SLAB_SHAPES in each dtype), one of 512 vectors or fewer with
+# a warp (SHORT_SLAB_SHAPES), the others with a block.
 SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1, 70000, 8), torch.float32),
                ((2, 1000, 16), torch.float32), ((3, 333, 32), torch.float32), ((2, 100, 64), torch.float32),
                ((2, 50, 128), torch.float32), ((5, 4000, 2), torch.bfloat16), ((4, 4000, 4), torch.float16),
                ((2, 2000, 8), torch.bfloat16), ((2, 1000, 128), torch.float16), ((2, 2000, 2), torch.float64),
                ((2, 300, 64), torch.float64), ((2, 3001, 2), torch.float32), ((300, 40, 8), torch.float32)]
+SHORT_SLAB_SHAPES = [((5, 100, 2), torch.float32), ((3, 64, 4), torch.bfloat16), ((4, 200, 8), torch.float16),
+                     ((2, 15, 64), torch.float64), ((2, 16, 128), torch.float32), ((600, 64, 4), torch.float32)]
+LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
+                    ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
 VIEWS = {
     "transposed": (lambda x: x.t(), (64, 33), 1),
     "sliced": (lambda x: x[:, :-1], (6, 1001), 1),
@@ -396,11 +411,14 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                 d = long_dist if shape[-1] > 1 << 20 else dist
                 out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
                                 maker(shape, dtype, d), dim, float_mask=True))
+    for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + LONG_SLAB_SHAPES:
+        out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
+    out.append(Case(f"{op} sliced slabs (3, 5003, 8)[:, :5000] dim=1", op,
+                    maker((3, 5003, 8), torch.float32, dist, view=lambda x: x[:, :5000]), 1))
+    for shape in [(3, 100, 4), (2, 3000, 4), (2, 40000, 8)]:  # a warp a slab; a block; several
+        out.append(Case(f"{op} slab columns of zeros, inf, nan {shape} dim=1", op,
+                        maker(shape, torch.float32, dist, specials=_special_columns), 1))
     if is_scan:
-        for shape, dtype in SLAB_SHAPES:
-            out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
-        out.append(Case(f"{op} sliced slabs (3, 5003, 8)[:, :5000] dim=1", op,
-                        maker((3, 5003, 8), torch.float32, dist, view=lambda x: x[:, :5000]), 1))
         # Long rows go to the look-back kernel: only inputs without zeros check the carries
         # across the whole row.
         out.append(Case(f"{op} one long row (1, 2**24+3)", op, maker((1, (1 << 24) + 3), torch.float32, long_dist), 1))
@@ -417,11 +435,15 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
         # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
         # loads in flight during this one's stores). Strided columns of 16-byte vectors: one
-        # block a tile (200) and a cluster a tile (700, 1000), a weight per position.
+        # block a tile (200) and a cluster a tile (700, 1000), a weight per position; slabs
+        # (32 and 16 columns: one block a slab; 4 and 2: split, several positions a vector; a
+        # warp a slab).
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                   ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
                                   ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
-                                  ((2, 1000, 2, 8), 1, torch.bfloat16),
+                                  ((2, 1000, 2, 8), 1, torch.bfloat16), ((2, 40000, 4), 1, torch.float32),
+                                  ((1, 50000, 2), 1, torch.bfloat16), ((3, 200, 4), 1, torch.float32),
+                                  ((3, 96, 2), 1, torch.bfloat16),
                                   ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
                                   ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
                                   ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
@@ -438,9 +460,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # the first and last row or slab checked whole.
         out.append(Case(f"{op} >2**31 long rows (9, 2**28+3)", op,
                         maker((9, (1 << 28) + 3), torch.float32, long_dist), 1, sample=(0, 0)))
-        if is_scan:
-            out.append(Case(f"{op} >2**31 slabs (9, 2**26+1, 4)", op,
-                            maker((9, (1 << 26) + 1, 4), torch.float32, long_dist), 1, sample=(0, 0)))
+        out.append(Case(f"{op} >2**31 slabs (9, 2**26+1, 4)", op,
+                        maker((9, (1 << 26) + 1, 4), torch.float32, long_dist), 1, sample=(0, 0)))
     return out
 
 

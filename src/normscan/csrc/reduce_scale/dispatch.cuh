@@ -239,6 +239,46 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
   return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
 }
 
+// Column slots M (slab.cuh) where the slab kernels take the view, else 0: a power-of-two
+// inner of at most NORMSCAN_SLAB_MAX_COLUMNS and 32 vectors a position, each slab contiguous
+// in x and y, whole vectors, every slab starting on a 16-byte boundary.
+template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a) {
+  constexpr int V = vec16<T>();
+  const View& v = a.view;
+  const int64_t k = v.inner;
+  if (!kSlabOp<Op> || k < 2 || (k & (k - 1)) != 0 || k > NORMSCAN_SLAB_MAX_COLUMNS || k > 32 * V) return 0;
+  if (v.x_si != 1 || v.y_si != 1 || v.x_sl != k || v.y_sl != k || v.length * k % V != 0) return 0;
+  if (v.outer > 1 && (v.x_so % V != 0 || v.y_so % V != 0)) return 0;
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || reinterpret_cast<uintptr_t>(a.y) % 16 != 0) return 0;
+  return static_cast<int>(k < V ? k : V);
+}
+
+// Slabs of M column slots (slab.cuh): a warp a short slab; one block a slab where they fill
+// the GPU; else split.
+template <typename T, typename Op, int M, typename Alloc>
+inline cudaError_t launch_slabs(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
+  constexpr int B = kSlabBlock, V = vec16<T>();
+  constexpr auto sum = reduce_scale_slab_sum_kernel<T, Op, B, M>;
+  int64_t resident = 0;
+  cudaError_t err = resident_units<sum>(dim3(B), 1, 0, &resident);
+  if (err != cudaSuccess) return err;
+  const int64_t nvec = a.view.length * a.view.inner / V;
+  const SlabSplitting s = split_slabs(a.view.outer, nvec, a.view.inner / M, resident);
+  if (nvec <= NORMSCAN_SLAB_WARP_VECS)
+    return launch_units<reduce_scale_slab_warp_kernel<T, Op, B, M>>(Grid::PerUnit, dim3(B), 1,
+                                                                     ceil_div(a.view.outer, B / 32), 0, stream, a, s);
+  if (s.parts == 1)
+    return launch_units<reduce_scale_slab_reread_kernel<T, Op, B, M>>(Grid::PerUnit, dim3(B), 1, a.view.outer, 0,
+                                                                       stream, a, s);
+  using Stat = RowStat<Op, acc_t<T>>;
+  auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * a.view.outer * s.parts * a.view.inner));
+  if (stats == nullptr) return cudaErrorMemoryAllocation;
+  err = launch_units<sum>(Grid::PerUnit, dim3(B), 1, a.view.outer * s.parts, 0, stream, a, s, stats);
+  if (err != cudaSuccess) return err;
+  return launch_units<reduce_scale_slab_scale_kernel<T, Op, B, M>>(Grid::PerUnit, dim3(B), 1, a.view.outer * s.spans,
+                                                                    0, stream, a, s, static_cast<const Stat*>(stats));
+}
+
 // alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
 // cannot be had), for the partial statistics of rows split across blocks.
 template <typename T, typename Op, typename Alloc>
@@ -250,6 +290,17 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
     const Grouping<acc_t<T>>& g = a.grouping;
     if (g.groups != a.view.inner || g.span != a.view.length || g.stat_groups != a.view.outer * a.view.inner)
       return cudaErrorInvalidValue;
+  }
+  if constexpr (kSlabOp<Op>) {
+    constexpr int V = vec16<T>();
+    const int m = slab_slots<T, Op>(a);  // at most V
+    if (m == 2) return launch_slabs<T, Op, 2>(a, stream, alloc);
+    if constexpr (V >= 4) {
+      if (m == 4) return launch_slabs<T, Op, 4>(a, stream, alloc);
+    }
+    if constexpr (V >= 8) {
+      if (m == 8) return launch_slabs<T, Op, 8>(a, stream, alloc);
+    }
   }
   DeviceInfo d;
   cudaError_t err = device_info(&d);

@@ -8,6 +8,7 @@
 #include "channels.cuh"
 #include "held.cuh"
 #include "rows.cuh"
+#include "slab.cuh"
 #include "strided.cuh"
 
 #ifndef NORMSCAN_ROWS_CLUSTER_BLOCK  // threads per block when a cluster holds a long row
@@ -311,5 +312,37 @@ template <typename T, typename Op> constexpr bool kThousandThreads = !Op::kMaxSh
 template <typename T, typename Op>
 using StridedRereadOf = std::conditional_t<kThousandThreads<T, Op>, StridedReread, StridedConfig<32, 16, 1, false, 1, 1, 1>>;
 constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
+
+// ---------------------------------------------------------------- slabs (slab.cuh)
+// Views with at most this many columns (a power of two, contiguous slabs) go to the slab
+// kernels rather than the strided ones (0: none do).
+#ifndef NORMSCAN_SLAB_MAX_COLUMNS
+#define NORMSCAN_SLAB_MAX_COLUMNS 128
+#endif
+// fp32, ms, H100, 2026-11-27 (tools/tune.py, 3 rounds), strided kernels -> slabs: rms_norm
+// (1024, 4096, 2) 0.147 -> 0.023, (16, 32768, 32) 1.811 -> 0.073, (1, 4194304, 2) 46.3 ->
+// 0.034, (8, 2**20, 4) 54.6 -> 0.137; softmax 0.259 -> 0.026, 2.311 -> 0.083, 108.7 -> 0.041,
+// 69.3 -> 0.147.
+constexpr int kSlabBlock = 256;
+// Slabs of at most this many vectors take a warp each: (4096, 256, 4) (256 vectors a slab) on
+// a block a slab -> a warp, rms_norm 0.021 -> 0.014 ms, softmax 0.053 -> 0.016.
+#ifndef NORMSCAN_SLAB_WARP_VECS
+#define NORMSCAN_SLAB_WARP_VECS 512
+#endif
+// Slabs fewer than the blocks the GPU holds at once are each summed by as many blocks as
+// fill it, each at least kSplitMinTiles tiles; spans of NORMSCAN_SLAB_SPAN_TILES tiles scale
+// them, each block merging its slab's parts first. Spans of 1 -> 4 tiles, ms: softmax (8,
+// 16384, 64) 0.057 -> 0.041, (16, 32768, 32) 0.083 -> 0.075; rms_norm 0.038 -> 0.035, 0.073 ->
+// 0.070; the rest within 0.004.
+#ifndef NORMSCAN_SLAB_SPAN_TILES
+#define NORMSCAN_SLAB_SPAN_TILES 4
+#endif
+inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int64_t columns_vecs, int64_t resident) {
+  const int64_t tile = kSlabTile<kSlabBlock>, span = tile * NORMSCAN_SLAB_SPAN_TILES;
+  const int64_t parts = slabs >= resident ? 1 : min64(resident / slabs, ceil_div(nvec, tile) / kSplitMinTiles);
+  int shift = 0;
+  while ((int64_t(1) << shift) < columns_vecs) ++shift;
+  return SlabSplitting{nvec, parts > 1 ? parts : 1, ceil_div(nvec, span), span, shift};
+}
 
 }  // namespace normscan
