@@ -20,7 +20,7 @@ def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
             assert entries[f"rms_norm dim=1 {shape} {dt}"].dim == 1
     assert not any(l.startswith("cumsum") and l.endswith("bfloat16") for l in entries)  # scans: fp32
     for op in ("l2_normalize", "l1_normalize", "rms_norm", "softmax", "log_softmax"):  # few columns beside the dim
-        for shape in [(1024, 4096, 2), (16, 32768, 32), (8, 1 << 20, 4), (4096, 256, 4)]:
+        for shape in [(1024, 4096, 2), (16, 32768, 32), (8, 1 << 20, 4), (4096, 256, 4), (1, 4194304, 3)]:
             assert entries[f"{op} dim=1 {shape} float32"].dim == 1 and f"{op} dim=1 {shape} bfloat16" not in entries
 
 

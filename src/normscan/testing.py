@@ -151,7 +151,10 @@ STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 20
 # the next (sliced); slabs of no whole vectors, and enough slabs to fill the GPU (300 of 8
 # columns): the strided scan's. The reduce-scale ops read a slab of 8 tiles (8192 vectors) or
 # more with several blocks (LONG_SLAB_SHAPES in each dtype), one of 512 vectors or fewer with
-# a warp (SHORT_SLAB_SHAPES), the others with a block.
+# a warp (SHORT_SLAB_SHAPES), the others with a block; ODD_SLAB_SHAPES: single elements where
+# the columns are neither a multiple of a vector nor a power of two below it, or the slabs
+# hold no whole vectors, and vectors of a position not dividing a block (24, 96, 100 and 6
+# columns); the scans' strided kernel.
 SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1, 70000, 8), torch.float32),
                ((2, 1000, 16), torch.float32), ((3, 333, 32), torch.float32), ((2, 100, 64), torch.float32),
                ((2, 50, 128), torch.float32), ((5, 4000, 2), torch.bfloat16), ((4, 4000, 4), torch.float16),
@@ -159,6 +162,10 @@ SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1
                ((2, 300, 64), torch.float64), ((2, 3001, 2), torch.float32), ((300, 40, 8), torch.float32)]
 SHORT_SLAB_SHAPES = [((5, 100, 2), torch.float32), ((3, 64, 4), torch.bfloat16), ((4, 200, 8), torch.float16),
                      ((2, 15, 64), torch.float64), ((2, 16, 128), torch.float32), ((600, 64, 4), torch.float32)]
+ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat16), ((3, 700, 12), torch.float16),
+                   ((600, 20, 3), torch.float32), ((2, 40, 100), torch.float64), ((2, 1001, 2), torch.float32),
+                   ((2, 30000, 96), torch.float32), ((2, 5000, 24), torch.bfloat16), ((1, 50000, 100), torch.float32),
+                   ((3, 3000, 6), torch.float64)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
 VIEWS = {
@@ -411,11 +418,11 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                 d = long_dist if shape[-1] > 1 << 20 else dist
                 out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
                                 maker(shape, dtype, d), dim, float_mask=True))
-    for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + LONG_SLAB_SHAPES:
+    for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES:
         out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
     out.append(Case(f"{op} sliced slabs (3, 5003, 8)[:, :5000] dim=1", op,
                     maker((3, 5003, 8), torch.float32, dist, view=lambda x: x[:, :5000]), 1))
-    for shape in [(3, 100, 4), (2, 3000, 4), (2, 40000, 8)]:  # a warp a slab; a block; several
+    for shape in [(3, 100, 4), (2, 3000, 4), (2, 40000, 8), (2, 40000, 6)]:  # a warp a slab; a block; several
         out.append(Case(f"{op} slab columns of zeros, inf, nan {shape} dim=1", op,
                         maker(shape, torch.float32, dist, specials=_special_columns), 1))
     if is_scan:
@@ -443,7 +450,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                                   ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
                                   ((2, 1000, 2, 8), 1, torch.bfloat16), ((2, 40000, 4), 1, torch.float32),
                                   ((1, 50000, 2), 1, torch.bfloat16), ((3, 200, 4), 1, torch.float32),
-                                  ((3, 96, 2), 1, torch.bfloat16),
+                                  ((3, 96, 2), 1, torch.bfloat16), ((2, 3000, 3), 1, torch.float32),
+                                  ((1, 20000, 6), 1, torch.bfloat16),
                                   ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
                                   ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
                                   ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),

@@ -239,44 +239,60 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
   return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
 }
 
-// Column slots M (slab.cuh) where the slab kernels take the view, else 0: a power-of-two
-// inner of at most NORMSCAN_SLAB_MAX_COLUMNS and 32 vectors a position, each slab contiguous
-// in x and y, whole vectors, every slab starting on a 16-byte boundary.
-template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a) {
+// How the slab kernels (slab.cuh) read a view: W-element vectors holding M column slots
+// each (M == 0: they do not take it). A contiguous slab (one outer's (length, inner) block,
+// in x and y) of at most NORMSCAN_SLAB_MAX_COLUMNS columns: 16-byte vectors for an inner that
+// is a multiple of V or a power of two below it, in slabs of whole vectors each starting on a
+// 16-byte boundary; single elements otherwise.
+struct SlabReading {
+  int w, m;
+};
+template <typename T, typename Op> inline SlabReading slab_reading(const ArgsFor<T, Op>& a) {
   constexpr int V = vec16<T>();
+  static_assert(NORMSCAN_SLAB_MAX_COLUMNS <= kSlabMaxColumns, "columns a slab block's shared memory holds");
   const View& v = a.view;
   const int64_t k = v.inner;
-  if (!kSlabOp<Op> || k < 2 || (k & (k - 1)) != 0 || k > NORMSCAN_SLAB_MAX_COLUMNS || k > 32 * V) return 0;
-  if (v.x_si != 1 || v.y_si != 1 || v.x_sl != k || v.y_sl != k || v.length * k % V != 0) return 0;
-  if (v.outer > 1 && (v.x_so % V != 0 || v.y_so % V != 0)) return 0;
-  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || reinterpret_cast<uintptr_t>(a.y) % 16 != 0) return 0;
-  return static_cast<int>(k < V ? k : V);
+  if (!kSlabOp<Op> || k < 2 || k > NORMSCAN_SLAB_MAX_COLUMNS) return {1, 0};
+  if (v.x_si != 1 || v.y_si != 1 || v.x_sl != k || v.y_sl != k) return {1, 0};
+  const bool vectors = (k % V == 0 || V % k == 0) && v.length * k % V == 0 &&
+                       (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0)) &&
+                       reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
+  if (vectors) return {V, static_cast<int>(k < V ? k : V)};
+  return {1, 1};
 }
 
-// Slabs of M column slots (slab.cuh): a warp a short slab; one block a slab where they fill
-// the GPU; else split.
-template <typename T, typename Op, int M, typename Alloc>
+// Slabs read in W-element vectors of M column slots (slab.cuh): a warp a short slab (16-byte
+// vectors, a power-of-two CV up to 32); one block a slab where they fill the GPU; else split.
+// WHOLE: every thread of a block at work (CV divides the block).
+template <typename T, typename Op, int W, int M, bool WHOLE, typename Alloc>
 inline cudaError_t launch_slabs(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
-  constexpr int B = kSlabBlock, V = vec16<T>();
-  constexpr auto sum = reduce_scale_slab_sum_kernel<T, Op, B, M>;
+  constexpr int B = kSlabBlock;
+  constexpr auto sum = reduce_scale_slab_sum_kernel<T, Op, B, W, M, WHOLE>;
   int64_t resident = 0;
   cudaError_t err = resident_units<sum>(dim3(B), 1, 0, &resident);
   if (err != cudaSuccess) return err;
-  const int64_t nvec = a.view.length * a.view.inner / V;
-  const SlabSplitting s = split_slabs(a.view.outer, nvec, a.view.inner / M, resident);
-  if (nvec <= NORMSCAN_SLAB_WARP_VECS)
-    return launch_units<reduce_scale_slab_warp_kernel<T, Op, B, M>>(Grid::PerUnit, dim3(B), 1,
-                                                                     ceil_div(a.view.outer, B / 32), 0, stream, a, s);
+  const int cvs = static_cast<int>(a.view.inner / M);
+  const SlabSplitting s = split_slabs(a.view.outer, a.view.length * a.view.inner / W, cvs, resident);
+  if constexpr (W > 1 && WHOLE) {
+    if (cvs <= 32 && s.nvec <= NORMSCAN_SLAB_WARP_VECS)  // lanes joined by shuffles
+      return launch_units<reduce_scale_slab_warp_kernel<T, Op, B, W, M>>(Grid::PerUnit, dim3(B), 1,
+                                                                          ceil_div(a.view.outer, B / 32), 0, stream, a, s);
+  }
   if (s.parts == 1)
-    return launch_units<reduce_scale_slab_reread_kernel<T, Op, B, M>>(Grid::PerUnit, dim3(B), 1, a.view.outer, 0,
-                                                                       stream, a, s);
+    return launch_units<reduce_scale_slab_reread_kernel<T, Op, B, W, M, WHOLE>>(Grid::PerUnit, dim3(B), 1,
+                                                                                 a.view.outer, 0, stream, a, s);
   using Stat = RowStat<Op, acc_t<T>>;
-  auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * a.view.outer * s.parts * a.view.inner));
+  const int64_t columns = a.view.outer * a.view.inner;  // of every slab
+  auto* stats = static_cast<Stat*>(alloc(sizeof(Stat) * columns * (s.parts + 1)));
   if (stats == nullptr) return cudaErrorMemoryAllocation;
+  Stat* merged = stats + columns * s.parts;
   err = launch_units<sum>(Grid::PerUnit, dim3(B), 1, a.view.outer * s.parts, 0, stream, a, s, stats);
+  if (err == cudaSuccess)
+    err = launch_units<reduce_scale_slab_merge_kernel<T, Op, B>>(Grid::PerUnit, dim3(B), 1, columns, 0, stream, a, s,
+                                                                 static_cast<const Stat*>(stats), merged);
   if (err != cudaSuccess) return err;
-  return launch_units<reduce_scale_slab_scale_kernel<T, Op, B, M>>(Grid::PerUnit, dim3(B), 1, a.view.outer * s.spans,
-                                                                    0, stream, a, s, static_cast<const Stat*>(stats));
+  return launch_units<reduce_scale_slab_scale_kernel<T, Op, B, W, M, WHOLE>>(
+      Grid::PerUnit, dim3(B), 1, a.view.outer * s.spans, 0, stream, a, s, static_cast<const Stat*>(merged));
 }
 
 // alloc(bytes) -> void*: device memory the launches may use (stream-ordered; null if it
@@ -291,23 +307,30 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
     if (g.groups != a.view.inner || g.span != a.view.length || g.stat_groups != a.view.outer * a.view.inner)
       return cudaErrorInvalidValue;
   }
-  if constexpr (kSlabOp<Op>) {
-    constexpr int V = vec16<T>();
-    const int m = slab_slots<T, Op>(a);  // at most V
-    if (m == 2) return launch_slabs<T, Op, 2>(a, stream, alloc);
-    if constexpr (V >= 4) {
-      if (m == 4) return launch_slabs<T, Op, 4>(a, stream, alloc);
-    }
-    if constexpr (V >= 8) {
-      if (m == 8) return launch_slabs<T, Op, 8>(a, stream, alloc);
-    }
-  }
   DeviceInfo d;
   cudaError_t err = device_info(&d);
   if (err != cudaSuccess) return err;
   const int64_t n = a.view.length;
   const bool sm90 = d.major >= 9;  // clusters, and the configs built for sm_90 only
   const int64_t max_cluster = sm90 ? kStridedMaxCluster : 1;
+  if constexpr (kSlabOp<Op>) {
+    // Slabs, unless 32 columns or more that the strided kernels hold on chip with a tile for
+    // every SM: fp32 rms_norm (64, 4096, 96) 0.075 ms strided, 0.106 as slabs; (16, 32768, 32)
+    // (read twice, one block a tile) 1.820 strided, 0.072 as slabs.
+    const bool strided_holds = a.view.inner >= 32 && n <= StridedCluster<T>::kHeld * max_cluster &&
+                               a.view.outer * ceil_div(a.view.inner, 32) >= d.sms;
+    constexpr int V = vec16<T>();
+    const SlabReading r = strided_holds ? SlabReading{1, 0} : slab_reading<T, Op>(a);
+    if (r.m == 1) return launch_slabs<T, Op, 1, 1, false>(a, stream, alloc);
+    if (r.m > 1 && kSlabBlock % (a.view.inner / r.m) != 0) return launch_slabs<T, Op, V, V, false>(a, stream, alloc);
+    if (r.m == 2) return launch_slabs<T, Op, V, 2, true>(a, stream, alloc);
+    if constexpr (V >= 4) {
+      if (r.m == 4) return launch_slabs<T, Op, V, 4, true>(a, stream, alloc);
+    }
+    if constexpr (V >= 8) {
+      if (r.m == 8) return launch_slabs<T, Op, V, 8, true>(a, stream, alloc);
+    }
+  }
   const bool vec = a.view.inner_vectorizable(a.x, a.y, vec16<T>());
   if (vec) {
     if (n <= StridedVecFew<T>::kHeld) return launch_strided<T, Op, StridedVecFew<T>>(a, stream);

@@ -314,8 +314,8 @@ using StridedRereadOf = std::conditional_t<kThousandThreads<T, Op>, StridedRerea
 constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
 
 // ---------------------------------------------------------------- slabs (slab.cuh)
-// Views with at most this many columns (a power of two, contiguous slabs) go to the slab
-// kernels rather than the strided ones (0: none do).
+// Views of contiguous slabs with 2 to this many columns go to the slab kernels rather than
+// the strided ones (0: none do).
 #ifndef NORMSCAN_SLAB_MAX_COLUMNS
 #define NORMSCAN_SLAB_MAX_COLUMNS 128
 #endif
@@ -337,12 +337,11 @@ constexpr int kSlabBlock = 256;
 #ifndef NORMSCAN_SLAB_SPAN_TILES
 #define NORMSCAN_SLAB_SPAN_TILES 4
 #endif
-inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int64_t columns_vecs, int64_t resident) {
-  const int64_t tile = kSlabTile<kSlabBlock>, span = tile * NORMSCAN_SLAB_SPAN_TILES;
+inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int cvs, int64_t resident) {
+  const int stride = kSlabBlock - kSlabBlock % cvs;  // threads at work: whole positions
+  const int64_t tile = int64_t(stride) * kRereadUnroll, span = tile * NORMSCAN_SLAB_SPAN_TILES;
   const int64_t parts = slabs >= resident ? 1 : min64(resident / slabs, ceil_div(nvec, tile) / kSplitMinTiles);
-  int shift = 0;
-  while ((int64_t(1) << shift) < columns_vecs) ++shift;
-  return SlabSplitting{nvec, parts > 1 ? parts : 1, ceil_div(nvec, span), span, shift};
+  return SlabSplitting{nvec, parts > 1 ? parts : 1, ceil_div(nvec, span), span, cvs, stride};
 }
 
 }  // namespace normscan
