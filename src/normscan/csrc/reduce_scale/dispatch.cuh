@@ -272,7 +272,7 @@ inline cudaError_t launch_slabs(const ArgsFor<T, Op>& a, cudaStream_t stream, Al
   cudaError_t err = resident_units<sum>(dim3(B), 1, 0, &resident);
   if (err != cudaSuccess) return err;
   const int cvs = static_cast<int>(a.view.inner / M);
-  const SlabSplitting s = split_slabs(a.view.outer, a.view.length * a.view.inner / W, cvs, resident);
+  const SlabSplitting s = split_slabs(a.view.outer, a.view.length * a.view.inner / W, W, cvs, resident);
   if constexpr (W > 1 && WHOLE) {
     if (cvs <= 32 && s.nvec <= NORMSCAN_SLAB_WARP_VECS)  // lanes joined by shuffles
       return launch_units<reduce_scale_slab_warp_kernel<T, Op, B, W, M>>(Grid::PerUnit, dim3(B), 1,

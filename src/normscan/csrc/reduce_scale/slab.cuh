@@ -33,7 +33,7 @@ template <typename Op> constexpr bool kSlabOp = !Op::kCentered && !Op::kBiased &
 
 // A slab as its kernels walk it (vectors of W elements), and its split across blocks (as
 // RowSplitting for rows): cvs vectors a position, `stride` threads of a block at work (a
-// multiple of cvs), tiles of stride * kRereadUnroll vectors.
+// multiple of cvs), tiles of stride * slab_unroll(W) vectors.
 struct SlabSplitting {
   int64_t nvec, parts, spans, span;
   int cvs, stride;
@@ -41,6 +41,14 @@ struct SlabSplitting {
 
 // Blocks a SM: a block not all at work (WHOLE false) keeps its stride at run time, and at 4
 // three 16-bit kernels of 8 column slots spilled 4 bytes.
+// Vectors a thread has in flight: kRereadUnroll 16-byte ones, or NORMSCAN_SLAB_ELEMENT_UNROLL
+// single elements. 4 -> 8 elements, fp32 ms (H100, 2026-11-27, tools/tune.py): rms_norm (1,
+// 4194304, 3) 0.070 -> 0.063, softmax 0.076 -> 0.067 (16 spilled).
+#ifndef NORMSCAN_SLAB_ELEMENT_UNROLL
+#define NORMSCAN_SLAB_ELEMENT_UNROLL 8
+#endif
+__host__ __device__ constexpr int slab_unroll(int w) { return w > 1 ? kRereadUnroll : NORMSCAN_SLAB_ELEMENT_UNROLL; }
+
 template <typename T, typename Op, bool WHOLE = true> constexpr int slab_min_blocks() {
   return min_blocks<T, Op>(WHOLE ? 4 : 3);
 }
@@ -54,11 +62,11 @@ constexpr int kSlabMaxColumns = 128;
 
 // Adds the vectors of thread t (< stride) of the threads that read [begin, end) of the slab at
 // xs, `stride` vectors apart (begin and stride multiples of CV), to its column statistics,
-// kRereadUnroll vectors at a time.
+// slab_unroll(W) vectors at a time.
 template <typename T, typename Op, int W, int M>
 __device__ __forceinline__ void slab_add(const T* xs, int64_t begin, int64_t end, int t, int stride,
                                          RowAccumulator<Op, acc_t<T>> (&acc)[M]) {
-  constexpr int U = kRereadUnroll, P = W / M;  // P: positions a vector
+  constexpr int U = slab_unroll(W), P = W / M;  // P: positions a vector
   for (int64_t j = begin + t; j < end; j += int64_t(stride) * U) {
     Vec<T, W> v[U];
 #pragma unroll
@@ -143,7 +151,7 @@ __device__ __forceinline__ void slab_join(Stat (&s)[M], int cvs, int stride, Sta
 template <typename T, typename Op, int W, int M>
 __device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, const T* xs, T* ys, int64_t begin, int64_t end,
                                            int t, int stride, int cvs, const acc_t<T> (&sc)[M], const acc_t<T> (&sh)[M]) {
-  constexpr int U = kRereadUnroll, P = W / M;
+  constexpr int U = slab_unroll(W), P = W / M;
   using A = acc_t<T>;
   auto walk = [&](auto weighted) {
     constexpr bool WEIGHTED = decltype(weighted)::value;
@@ -265,7 +273,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
   using Stat = RowStat<Op, A>;
   __shared__ SlabShared<A, Stat, BLOCK, M> sm;
   const int stride = slab_stride<BLOCK, WHOLE>(s);
-  const int64_t columns = a.view.inner, tile = int64_t(stride) * kRereadUnroll;
+  const int64_t columns = a.view.inner, tile = int64_t(stride) * slab_unroll(W);
   for (int64_t u = blockIdx.x; u < a.view.outer * s.parts; u += gridDim.x) {
     const T* xs = a.x + u / s.parts * a.view.x_so;
     RowAccumulator<Op, A> acc[M];

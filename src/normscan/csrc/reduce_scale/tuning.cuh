@@ -337,9 +337,9 @@ constexpr int kSlabBlock = 256;
 #ifndef NORMSCAN_SLAB_SPAN_TILES
 #define NORMSCAN_SLAB_SPAN_TILES 4
 #endif
-inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int cvs, int64_t resident) {
+inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int w, int cvs, int64_t resident) {
   const int stride = kSlabBlock - kSlabBlock % cvs;  // threads at work: whole positions
-  const int64_t tile = int64_t(stride) * kRereadUnroll, span = tile * NORMSCAN_SLAB_SPAN_TILES;
+  const int64_t tile = int64_t(stride) * slab_unroll(w), span = tile * NORMSCAN_SLAB_SPAN_TILES;
   const int64_t parts = slabs >= resident ? 1 : min64(resident / slabs, ceil_div(nvec, tile) / kSplitMinTiles);
   return SlabSplitting{nvec, parts > 1 ? parts : 1, ceil_div(nvec, span), span, cvs, stride};
 }
