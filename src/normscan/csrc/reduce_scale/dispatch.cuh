@@ -239,26 +239,22 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
   return launch_strided<T, Op, Cfg>(a, stream, static_cast<int>(ceil_div(a.view.length, Cfg::kHeld)));
 }
 
-// How the slab kernels (slab.cuh) read a view: W-element vectors holding M column slots
-// each (M == 0: they do not take it). A contiguous slab (one outer's (length, inner) block,
-// in x and y) of at most NORMSCAN_SLAB_MAX_COLUMNS columns: 16-byte vectors for an inner that
-// is a multiple of V or a power of two below it, in slabs of whole vectors each starting on a
-// 16-byte boundary; single elements otherwise.
-struct SlabReading {
-  int w, m;
-};
-template <typename T, typename Op> inline SlabReading slab_reading(const ArgsFor<T, Op>& a) {
+// The column slots M a vector holds where the slab kernels (slab.cuh) take a view: 0 where
+// they do not; 1 for single elements; 2, 4 or 8 for 16-byte vectors. They take a contiguous
+// slab (one outer's (length, inner) block, in x and y) of 2 to NORMSCAN_SLAB_MAX_COLUMNS
+// columns: in 16-byte vectors where inner is a multiple of V or a power of two below it and
+// the slabs hold whole vectors, each starting on a 16-byte boundary; else single elements.
+template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a) {
   constexpr int V = vec16<T>();
   static_assert(NORMSCAN_SLAB_MAX_COLUMNS <= kSlabMaxColumns, "columns a slab block's shared memory holds");
   const View& v = a.view;
   const int64_t k = v.inner;
-  if (!kSlabOp<Op> || k < 2 || k > NORMSCAN_SLAB_MAX_COLUMNS) return {1, 0};
-  if (v.x_si != 1 || v.y_si != 1 || v.x_sl != k || v.y_sl != k) return {1, 0};
+  if (!kSlabOp<Op> || k < 2 || k > NORMSCAN_SLAB_MAX_COLUMNS) return 0;
+  if (v.x_si != 1 || v.y_si != 1 || v.x_sl != k || v.y_sl != k) return 0;
   const bool vectors = (k % V == 0 || V % k == 0) && v.length * k % V == 0 &&
                        (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0)) &&
                        reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
-  if (vectors) return {V, static_cast<int>(k < V ? k : V)};
-  return {1, 1};
+  return vectors ? static_cast<int>(k < V ? k : V) : 1;
 }
 
 // Slabs read in W-element vectors of M column slots (slab.cuh): a warp a short slab (16-byte
@@ -320,15 +316,15 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
     const bool strided_holds = a.view.inner >= 32 && n <= StridedCluster<T>::kHeld * max_cluster &&
                                a.view.outer * ceil_div(a.view.inner, 32) >= d.sms;
     constexpr int V = vec16<T>();
-    const SlabReading r = strided_holds ? SlabReading{1, 0} : slab_reading<T, Op>(a);
-    if (r.m == 1) return launch_slabs<T, Op, 1, 1, false>(a, stream, alloc);
-    if (r.m > 1 && kSlabBlock % (a.view.inner / r.m) != 0) return launch_slabs<T, Op, V, V, false>(a, stream, alloc);
-    if (r.m == 2) return launch_slabs<T, Op, V, 2, true>(a, stream, alloc);
+    const int m = strided_holds ? 0 : slab_slots<T, Op>(a);
+    if (m == 1) return launch_slabs<T, Op, 1, 1, false>(a, stream, alloc);
+    if (m > 1 && kSlabBlock % (a.view.inner / m) != 0) return launch_slabs<T, Op, V, V, false>(a, stream, alloc);
+    if (m == 2) return launch_slabs<T, Op, V, 2, true>(a, stream, alloc);
     if constexpr (V >= 4) {
-      if (r.m == 4) return launch_slabs<T, Op, V, 4, true>(a, stream, alloc);
+      if (m == 4) return launch_slabs<T, Op, V, 4, true>(a, stream, alloc);
     }
     if constexpr (V >= 8) {
-      if (r.m == 8) return launch_slabs<T, Op, V, 8, true>(a, stream, alloc);
+      if (m == 8) return launch_slabs<T, Op, V, 8, true>(a, stream, alloc);
     }
   }
   const bool vec = a.view.inner_vectorizable(a.x, a.y, vec16<T>());

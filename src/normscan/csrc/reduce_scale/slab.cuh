@@ -9,7 +9,7 @@
 // across blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
 //
 // A thread's vectors are those of one index modulo CV = inner / M, M = min(inner, W): a
-// block's threads step by S, the most of them a multiple of CV (the others idle), and tiles,
+// block's threads step by `stride`, the most of them a multiple of CV (the others idle), and tiles,
 // parts and spans start at multiples of CV. Element i of each is column cv * M + i % M.
 // So a thread keeps M running statistics (RowAccumulator), joined across the threads of the
 // same cv.
@@ -39,8 +39,6 @@ struct SlabSplitting {
   int cvs, stride;
 };
 
-// Blocks a SM: a block not all at work (WHOLE false) keeps its stride at run time, and at 4
-// three 16-bit kernels of 8 column slots spilled 4 bytes.
 // Vectors a thread has in flight: kRereadUnroll 16-byte ones, or NORMSCAN_SLAB_ELEMENT_UNROLL
 // single elements. 4 -> 8 elements, fp32 ms (H100, 2026-11-27, tools/tune.py): rms_norm (1,
 // 4194304, 3) 0.070 -> 0.063, softmax 0.076 -> 0.067 (16 spilled); 8 has not been through
@@ -50,12 +48,14 @@ struct SlabSplitting {
 #endif
 __host__ __device__ constexpr int slab_unroll(int w) { return w > 1 ? kRereadUnroll : NORMSCAN_SLAB_ELEMENT_UNROLL; }
 
+// Blocks a SM: a block not all at work (WHOLE false) keeps its stride at run time, and at 4
+// three 16-bit kernels of 8 column slots spilled 4 bytes.
 template <typename T, typename Op, bool WHOLE = true> constexpr int slab_min_blocks() {
   return min_blocks<T, Op>(WHOLE ? 4 : 3);
 }
-// A block's threads at work: all of them where CV divides BLOCK (WHOLE), a constant to the
-// compiler (as a run-time value, three 16-bit kernels of 8 column slots spilled 4 bytes at 4
-// blocks a SM).
+// A block's threads at work: all of them where CV divides BLOCK (WHOLE), then a constant to
+// the compiler (as a run-time value, three 16-bit kernels of 8 column slots spilled 4 bytes
+// at 4 blocks a SM).
 template <int BLOCK, bool WHOLE> __device__ __forceinline__ int slab_stride(const SlabSplitting& s) {
   return WHOLE ? BLOCK : s.stride;
 }
@@ -92,7 +92,8 @@ __device__ __forceinline__ void slab_add(const T* xs, int64_t begin, int64_t end
 // Folds entries[e], e < n, into column e % columns (columns <= BLOCK), each column's entries
 // in one order, up to 8 threads a column and then one: column c's statistic to thread c.
 // Called by every thread of the block past a barrier after the entries were written; spare
-// holds BLOCK entries; ends past a barrier.
+// holds BLOCK entries. It holds one barrier: callers meet at another before either buffer is
+// written again.
 template <typename Op, int BLOCK, typename Stat>
 __device__ __forceinline__ Stat fold_columns(const Stat* entries, int n, int columns, Stat* spare) {
   const int t = threadIdx.x, per = n / columns, cap = BLOCK / columns;
@@ -121,7 +122,8 @@ template <typename Op, int M, typename Stat> __device__ __forceinline__ void sla
 // Joins every thread's column statistics s (threads at or past `stride` hold none) into the
 // block's, column c's handed to done(c, statistic) by thread c: a power-of-two CV up to 32
 // across a warp's lanes first, then the warps' (BLOCK / 32 * inner entries); else the
-// threads' (stride * M entries). spare: BLOCK. Ends past a barrier.
+// threads' (stride * M entries). spare: BLOCK. As fold_columns, callers meet at a barrier
+// before the buffers are written again.
 template <typename Op, int BLOCK, int M, typename Stat, typename Done>
 __device__ __forceinline__ void slab_join(Stat (&s)[M], int cvs, int stride, Stat* entries, Stat* spare, Done&& done) {
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
