@@ -168,6 +168,16 @@ ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat1
                    ((3, 3000, 6), torch.float64)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
+def _columns_apart(shape: tuple, dim: int) -> tuple | None:
+    """The (outer, length, 2 * inner) tensor whose [..., :inner] view has shape's (outer, length,
+    inner) about dim with the slabs apart (each position's columns inner elements from the
+    next's), which the slab kernels do not take; None where inner is outside 2-128 (the
+    strided kernels take those anyway)."""
+    d = dim % len(shape)
+    outer, inner = math.prod(shape[:d]), math.prod(shape[d + 1:])
+    return (outer, shape[d], 2 * inner) if 2 <= inner <= 128 else None
+
+
 VIEWS = {
     "transposed": (lambda x: x.t(), (64, 33), 1),
     "sliced": (lambda x: x[:, :-1], (6, 1001), 1),
@@ -389,6 +399,13 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
         for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:8]:
             out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
+            # The same columns apart: the strided kernels, where the contiguous ones go to slabs.
+            apart = _columns_apart(shape, dim)
+            if apart:
+                out.append(Case(f"{op} {shape} dim={dim} columns apart {_dt(dtype)}", op,
+                                maker(apart, dtype, dist, view=lambda x: x[..., :x.shape[-1] // 2]), 1))
+    # 32 columns or more with a tile for every SM: the strided reduce-scale kernels.
+    out.append(Case(f"{op} (200, 100, 64) dim=1", op, maker((200, 100, 64), torch.float32, dist), 1))
     for vname, (v, shape, dim) in VIEWS.items():
         out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), dim))
     for d in ["uniform", "mixed"] if is_scan else ["uniform", "mixed", "large", "tiny"]:
@@ -441,10 +458,10 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # Rows of 65539 and longer take a cluster (fp32's weight loaded in batches ahead of the
         # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
         # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
-        # loads in flight during this one's stores). Strided columns of 16-byte vectors: one
-        # block a tile (200) and a cluster a tile (700, 1000), a weight per position; slabs
-        # (32 and 16 columns: one block a slab; 4 and 2: split, several positions a vector; a
-        # warp a slab).
+        # loads in flight during this one's stores). Columns apart (strided kernels) of 16-byte
+        # vectors: one block a tile (200) and a cluster a tile (700, 1000), a weight per
+        # position; the same contiguous and the rest, slabs (32 and 16 columns: one block a
+        # slab; 4 and 2: split, several positions a vector; a warp a slab).
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                   ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
                                   ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
@@ -458,6 +475,10 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                                   ((70, 262144), -1, torch.bfloat16)]:
             out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
                             with_weight=True))
+            apart = _columns_apart(shape, dim) if dim == 1 and len(shape) > 2 else None
+            if apart:  # the strided kernels' weighted stores
+                out.append(Case(f"{op} weight {shape} dim={dim} columns apart {_dt(dtype)}", op,
+                                maker(apart, dtype, view=lambda x: x[..., :x.shape[-1] // 2]), 1, with_weight=True))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
         out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), 1,
                         sample=(0, 6)))
