@@ -1,6 +1,5 @@
 """Markers: `gpu` tests skip, saying why, where torch sees no CUDA device (CI); `nvcc` tests
-where the CUDA compiler is missing, and run first: the families' compile checks take minutes
-each, and CI's pytest ends at 97% for minutes while the last of them runs."""
+where the CUDA compiler is missing."""
 
 import shutil
 from pathlib import Path
@@ -19,4 +18,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and NVCC is None:
             item.add_marker(no_nvcc)
-    items.sort(key=lambda item: "nvcc" not in item.keywords)  # stable: the rest keep their order
