@@ -1,12 +1,13 @@
 // Slabs read twice: y = apply(x, scale(sum over each column)) [* w] over the middle dim of an
-// (outer, length, inner) view whose (length, inner) block per outer (a slab) is contiguous,
-// with few columns (at most 128: a (batch, time, features) tensor normalised over time, with
-// few features). The strided kernels lay their threads along inner, so with one or two
-// column vectors 1/32 to 1/8 of them have work, and each column takes one block (8 blocks of
-// 8 working threads for (8, 2**20, 4)). Here a slab is one flat row whose element e is column
-// e % inner's, read in W-element vectors (16-byte ones where inner is a multiple of V or a
-// power of two below it and the slabs hold whole vectors, else single elements) and split
-// across blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
+// (outer, length, inner) view with few columns (at most 128: a (batch, time, features) tensor
+// normalised over time, with few features), each position's columns contiguous (a slab is one
+// outer's (length, inner) block). The strided kernels lay their threads along inner, so with
+// one or two column vectors 1/32 to 1/8 of them have work, and each column takes one block (8
+// blocks of 8 working threads for (8, 2**20, 4)). Here a slab is one flat row whose element e
+// is column e % inner's, read in W-element vectors (16-byte ones where the slab is contiguous,
+// inner is a multiple of V or a power of two below it and the slabs hold whole vectors; else
+// single elements, whose positions may lie apart: a slice of the columns) and split across
+// blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
 //
 // A thread's vectors are those of one index modulo CV = inner / M, M = min(inner, W): a
 // block's threads step by `stride`, the most of them a multiple of CV (the others idle), and tiles,
@@ -40,9 +41,9 @@ struct SlabSplitting {
 };
 
 // Vectors a thread has in flight: kRereadUnroll 16-byte ones, or NORMSCAN_SLAB_ELEMENT_UNROLL
-// single elements. 4 -> 8 elements, fp32 ms (H100, 2026-11-27, tools/tune.py): rms_norm (1,
-// 4194304, 3) 0.070 -> 0.063, softmax 0.076 -> 0.067 (16 spilled); 8 has not been through
-// the GPU's float64 cases yet, so 4 stays until it has.
+// single elements. 4 -> 8 (tools/tune.py, fp32 ms, H100, 2026-11-27): rms_norm (1, 4194304, 3)
+// 0.070 -> 0.063 and softmax 0.076 -> 0.067 while the sum kernel took a part's tiles one
+// slab_add each; since they are one slab_add, rms_norm and l2_normalize 0.067 -> 0.068.
 #ifndef NORMSCAN_SLAB_ELEMENT_UNROLL
 #define NORMSCAN_SLAB_ELEMENT_UNROLL 4
 #endif
@@ -61,18 +62,23 @@ template <int BLOCK, bool WHOLE> __device__ __forceinline__ int slab_stride(cons
 }
 constexpr int kSlabMaxColumns = 128;
 
-// Adds the vectors of thread t (< stride) of the threads that read [begin, end) of the slab at
-// xs, `stride` vectors apart (begin and stride multiples of CV), to its column statistics,
-// slab_unroll(W) vectors at a time.
+// Adds vectors of the slab at xs to thread t's (t < stride) column statistics: from begin + t,
+// slab_unroll(W) vectors `stride` apart, then as many again `jump` further on, below `end`
+// (begin, stride and jump multiples of CV). Vector j lies at j * W (a slab of vectors is
+// contiguous); single element j at (j / CV) * sl + j % CV, sl x's stride along the dim.
 template <typename T, typename Op, int W, int M>
-__device__ __forceinline__ void slab_add(const T* xs, int64_t begin, int64_t end, int t, int stride,
-                                         RowAccumulator<Op, acc_t<T>> (&acc)[M]) {
+__device__ __forceinline__ void slab_add(const T* xs, int64_t sl, int cvs, int64_t begin, int64_t end, int64_t jump,
+                                         int t, int stride, RowAccumulator<Op, acc_t<T>> (&acc)[M]) {
   constexpr int U = slab_unroll(W), P = W / M;  // P: positions a vector
-  for (int64_t j = begin + t; j < end; j += int64_t(stride) * U) {
+  // Single elements: element j's offset, and those between a thread's elements (stride and
+  // jump apart).
+  const int64_t apart = stride / cvs * sl, leap = jump / cvs * sl;
+  int64_t at = W > 1 ? 0 : (begin / cvs + t / cvs) * sl + t % cvs;
+  for (int64_t j = begin + t; j < end; j += jump, at += leap) {
     Vec<T, W> v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (j + u * stride < end) v[u] = load_vec<T, W>(xs + (j + u * stride) * W);
+      if (j + u * stride < end) v[u] = load_vec<T, W>(W > 1 ? xs + (j + u * stride) * W : xs + at + u * apart);
     const int64_t left = end - j;
     int n = P;  // present values a column (the present vectors are the first ones)
 #pragma unroll
@@ -147,24 +153,31 @@ __device__ __forceinline__ void slab_join(Stat (&s)[M], int cvs, int stride, Sta
   if (t < cvs * M) done(t, r);
 }
 
-// Scales the vectors of thread t (< stride) of the threads that scale [begin, end) of the slab
-// at xs into ys, `stride` vectors apart (begin, end and stride multiples of CV), walking back
-// from the end; sc[m] and sh[m] are the factor and shift of its vectors' column slot m (their
-// cv: (end - 1 - t) % CV); the weight by position along the reduced dim.
+// Scales the vectors of thread t (< stride) of the threads that scale [begin, end) of slab o,
+// `stride` vectors apart (begin, end and stride multiples of CV), walking back from the end;
+// sc[m] and sh[m] are the factor and shift of its vectors' column slot m (their cv: (end - 1 -
+// t) % CV); the weight by position along the reduced dim. Vectors and single elements lie as
+// slab_add reads them (y's single elements by y's stride along the dim).
 template <typename T, typename Op, int W, int M>
-__device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, const T* xs, T* ys, int64_t begin, int64_t end,
-                                           int t, int stride, int cvs, const acc_t<T> (&sc)[M], const acc_t<T> (&sh)[M]) {
+__device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, int64_t o, int64_t begin, int64_t end, int t,
+                                           int stride, int cvs, const acc_t<T> (&sc)[M], const acc_t<T> (&sh)[M]) {
   constexpr int U = slab_unroll(W), P = W / M;
   using A = acc_t<T>;
+  const T* xs = a.x + o * a.view.x_so;
+  T* ys = a.y + o * a.view.y_so;
   auto walk = [&](auto weighted) {
     constexpr bool WEIGHTED = decltype(weighted)::value;
     const int64_t step = stride / cvs * P;  // positions between a thread's vectors
     int64_t j = end - 1 - t, l = j / cvs * P;  // l: vector j's first position along the reduced dim
-    for (; j >= begin; j -= int64_t(stride) * U, l -= step * U) {
+    // Single elements (P = 1): element j's offsets in x and y, and those between a thread's.
+    const int64_t x_apart = step * a.view.x_sl, y_apart = step * a.view.y_sl;
+    int64_t xo = W > 1 ? 0 : l * a.view.x_sl + (j - l * cvs), yo = W > 1 ? 0 : l * a.view.y_sl + (j - l * cvs);
+    for (; j >= begin; j -= int64_t(stride) * U, l -= step * U, xo -= x_apart * U, yo -= y_apart * U) {
       Vec<T, W> v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (j - u * stride >= begin) v[u] = load_vec<T, W>(xs + (j - u * stride) * W);
+        if (j - u * stride >= begin)
+          v[u] = load_vec<T, W>(W > 1 ? xs + (j - u * stride) * W : xs + xo - u * x_apart);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (j - u * stride < begin) continue;
@@ -174,7 +187,7 @@ __device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, const T* xs,
           const A w = WEIGHTED ? Convert<T>::to_acc(a.w[l - u * step + i / M]) : A(1);
           out.v[i] = scale_with<Op, WEIGHTED>(v[u].v[i], sc[i % M], sh[i % M], w, false, A(0));
         }
-        store_vec<T, W>(ys + (j - u * stride) * W, out);
+        store_vec<T, W>(W > 1 ? ys + (j - u * stride) * W : ys + yo - u * y_apart, out);
       }
     }
   };
@@ -207,7 +220,7 @@ __device__ __forceinline__ void slab_block_scale(const ArgsFor<T, Op>& a, const 
     sc[m] = scale[cv * M + m];
     sh[m] = shift[cv * M + m];
   }
-  slab_scale<T, Op, W, M>(a, a.x + o * a.view.x_so, a.y + o * a.view.y_so, begin, end, t, stride, s.cvs, sc, sh);
+  slab_scale<T, Op, W, M>(a, o, begin, end, t, stride, s.cvs, sc, sh);
 }
 
 // Shared memory of the block kernels: the joins' entries (a warp's inner of them, or a
@@ -228,7 +241,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op>()))
   const int lane = threadIdx.x % 32;
   for (int64_t o = int64_t(blockIdx.x) * WARPS + threadIdx.x / 32; o < a.view.outer; o += int64_t(gridDim.x) * WARPS) {
     RowAccumulator<Op, A> acc[M];
-    slab_add<T, Op, W, M>(a.x + o * a.view.x_so, 0, s.nvec, lane, 32, acc);
+    slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, s.cvs, 0, s.nvec, 32 * slab_unroll(W), lane, 32, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
@@ -241,7 +254,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op>()))
       sc[m] = shfl_idx(rs.scale, from);
       sh[m] = shfl_idx(rs.shift, from);
     }
-    slab_scale<T, Op, W, M>(a, a.x + o * a.view.x_so, a.y + o * a.view.y_so, 0, s.nvec, lane, 32, s.cvs, sc, sh);
+    slab_scale<T, Op, W, M>(a, o, 0, s.nvec, lane, 32, s.cvs, sc, sh);
   }
 }
 
@@ -256,7 +269,8 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
   for (int64_t o = blockIdx.x; o < a.view.outer; o += gridDim.x) {
     RowAccumulator<Op, A> acc[M];
     if (static_cast<int>(threadIdx.x) < stride)
-      slab_add<T, Op, W, M>(a.x + o * a.view.x_so, 0, s.nvec, threadIdx.x, stride, acc);
+      slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, s.cvs, 0, s.nvec, int64_t(stride) * slab_unroll(W),
+                            threadIdx.x, stride, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
@@ -280,9 +294,9 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
   for (int64_t u = blockIdx.x; u < a.view.outer * s.parts; u += gridDim.x) {
     const T* xs = a.x + u / s.parts * a.view.x_so;
     RowAccumulator<Op, A> acc[M];
-    if (static_cast<int>(threadIdx.x) < stride)
-      for (int64_t k = u % s.parts; k * tile < s.nvec; k += s.parts)
-        slab_add<T, Op, W, M>(xs, k * tile, min64((k + 1) * tile, s.nvec), threadIdx.x, stride, acc);
+    if (static_cast<int>(threadIdx.x) < stride)  // tiles part, part + parts, ...
+      slab_add<T, Op, W, M>(xs, a.view.x_sl, s.cvs, u % s.parts * tile, s.nvec, s.parts * tile, threadIdx.x, stride,
+                            acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
