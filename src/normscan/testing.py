@@ -168,19 +168,24 @@ ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat1
                    ((3, 3000, 6), torch.float64)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
-def _columns_apart(shape: tuple, dim: int) -> tuple | None:
-    """The (outer, length, 2 * inner) tensor whose [..., :inner] and [..., ::2] views have
-    shape's (outer, length, inner) about dim: each position's columns inner elements from the
-    next's (the reduce-scale slab kernels take them, the scans' strided kernels), or a column
-    apart from the next (the strided kernels of every op); None where inner is outside 2-128
-    (the strided kernels take those anyway)."""
+def _column_variants(shape: tuple, dim: int) -> list[tuple[str, tuple, Callable | None]]:
+    """(name, shape, view) of tensors that give shape's (outer, length, inner) about dim another
+    layout, where inner is 2 to 128: [..., :inner] and [..., ::2] of (outer, length, 2 * inner)
+    (each position's columns apart from the next's, or every other column: the reduce-scale
+    slab kernels' single elements, the scans' strided kernels), and (outer, length, m * inner),
+    m odd and m * inner past 128 (the strided kernels of every op, 16-byte vectors where inner
+    takes them)."""
     d = dim % len(shape)
-    outer, inner = math.prod(shape[:d]), math.prod(shape[d + 1:])
-    return (outer, shape[d], 2 * inner) if 2 <= inner <= 128 else None
+    outer, length, inner = math.prod(shape[:d]), shape[d], math.prod(shape[d + 1:])
+    if not 2 <= inner <= 128:
+        return []
+    m = next(m for m in range(3, 130, 2) if m * inner > 128)
+    return [("columns apart", (outer, length, 2 * inner), lambda x: x[..., :x.shape[-1] // 2]),
+            ("columns stepped", (outer, length, 2 * inner), lambda x: x[..., ::2]),
+            ("columns wide", (outer, length, m * inner), None)]
 
 
-# The views of a _columns_apart tensor, by name.
-COLUMN_VIEWS = {"columns apart": lambda x: x[..., :x.shape[-1] // 2], "columns stepped": lambda x: x[..., ::2]}
+VIEWS = {"columns apart": lambda x: x[..., :x.shape[-1] // 2], "columns stepped": lambda x: x[..., ::2]}
 
 
 VIEWS = {
@@ -404,10 +409,9 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
         for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:8]:
             out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
-            # The same columns apart and stepped, where the contiguous ones go to slabs.
-            apart = _columns_apart(shape, dim)
-            for name, view in COLUMN_VIEWS.items() if apart else ():
-                out.append(Case(f"{op} {shape} dim={dim} {name} {_dt(dtype)}", op, maker(apart, dtype, dist, view=view),
+            # The same columns apart, stepped and wide, where the contiguous ones go to slabs.
+            for name, base, view in _column_variants(shape, dim):
+                out.append(Case(f"{op} {shape} dim={dim} {name} {_dt(dtype)}", op, maker(base, dtype, dist, view=view),
                                 1))
     # 32 columns or more with a tile for every SM: the strided reduce-scale kernels.
     out.append(Case(f"{op} (200, 100, 64) dim=1", op, maker((200, 100, 64), torch.float32, dist), 1))
@@ -464,10 +468,10 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
         # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
         # loads in flight during this one's stores). Columns of 16-byte vectors beside the dim
-        # on the strided kernels (32 or more with a tile for every SM, or past 128): one block
-        # a tile (150, 200) and a cluster a tile (700); the rest slabs (32 and 16 columns: one
-        # block a slab; 4 and 2: split, several positions a vector; a warp a slab), contiguous
-        # and apart, and the strided kernels' scalar stores where they are stepped.
+        # on the strided kernels where they are 32 or more with a tile for every SM (150) or
+        # wide (past 128): one block a tile (200) and a cluster a tile (700, 1000); the rest
+        # slabs (32 and 16 columns: one block a slab; 4 and 2: split, several positions a
+        # vector; a warp a slab), contiguous, apart and stepped.
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                   ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
                                   ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
@@ -475,16 +479,14 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                                   ((1, 50000, 2), 1, torch.bfloat16), ((3, 200, 4), 1, torch.float32),
                                   ((3, 96, 2), 1, torch.bfloat16), ((2, 3000, 3), 1, torch.float32),
                                   ((1, 20000, 6), 1, torch.bfloat16), ((150, 100, 64), 1, torch.float32),
-                                  ((3, 200, 160), 1, torch.float32), ((2, 700, 256), 1, torch.bfloat16),
                                   ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
                                   ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
                                   ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
                                   ((70, 262144), -1, torch.bfloat16)]:
             out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
                             with_weight=True))
-            apart = _columns_apart(shape, dim) if dim == 1 and len(shape) > 2 else None
-            for name, view in COLUMN_VIEWS.items() if apart else ():  # the weighted stores of the other kernels
-                out.append(Case(f"{op} weight {shape} dim={dim} {name} {_dt(dtype)}", op, maker(apart, dtype, view=view),
+            for name, base, view in _column_variants(shape, dim) if dim == 1 and len(shape) > 2 else ():
+                out.append(Case(f"{op} weight {shape} dim={dim} {name} {_dt(dtype)}", op, maker(base, dtype, view=view),
                                 1, with_weight=True))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
         out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), 1,

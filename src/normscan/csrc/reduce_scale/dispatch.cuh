@@ -241,18 +241,19 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
 
 // The column slots M a vector holds where the slab kernels (slab.cuh) take a view: 0 where
 // they do not; 1 for single elements; 2, 4 or 8 for 16-byte vectors. They take 2 to
-// NORMSCAN_SLAB_MAX_COLUMNS columns, each position's contiguous in x and y: in 16-byte vectors
-// where the slabs (one outer's (length, inner) block, in x and y) are contiguous, inner is a
-// multiple of V or a power of two below it and the slabs hold whole vectors, each starting on
-// a 16-byte boundary; else single elements, whose positions may lie apart (a slice of the
-// columns: rms_norm fp32 (1, 4194304, 4)[..., :2] took 53.8 ms on the strided kernels, H100).
+// NORMSCAN_SLAB_MAX_COLUMNS columns: in 16-byte vectors where the slabs (one outer's (length,
+// inner) block, in x and y) are contiguous, inner is a multiple of V or a power of two below
+// it and the slabs hold whole vectors, each starting on a 16-byte boundary; else single
+// elements, read where they lie (a slice of the columns, or every other one: rms_norm fp32 (1,
+// 4194304, 4)[..., :2] took 53.8 ms on the strided kernels, H100).
 template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a) {
   constexpr int V = vec16<T>();
   static_assert(NORMSCAN_SLAB_MAX_COLUMNS <= kSlabMaxColumns, "columns a slab block's shared memory holds");
   const View& v = a.view;
   const int64_t k = v.inner;
-  if (!kSlabOp<Op> || k < 2 || k > NORMSCAN_SLAB_MAX_COLUMNS || v.x_si != 1 || v.y_si != 1) return 0;
-  const bool vectors = v.x_sl == k && v.y_sl == k && (k % V == 0 || V % k == 0) && v.length * k % V == 0 &&
+  if (!kSlabOp<Op> || k < 2 || k > NORMSCAN_SLAB_MAX_COLUMNS) return 0;
+  const bool vectors = v.x_si == 1 && v.y_si == 1 && v.x_sl == k && v.y_sl == k && (k % V == 0 || V % k == 0) &&
+                       v.length * k % V == 0 &&
                        (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0)) &&
                        reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
   return vectors ? static_cast<int>(k < V ? k : V) : 1;

@@ -1,13 +1,12 @@
 // Slabs read twice: y = apply(x, scale(sum over each column)) [* w] over the middle dim of an
 // (outer, length, inner) view with few columns (at most 128: a (batch, time, features) tensor
-// normalised over time, with few features), each position's columns contiguous (a slab is one
-// outer's (length, inner) block). The strided kernels lay their threads along inner, so with
+// normalised over time, with few features); a slab is one outer's (length, inner) block. The strided kernels lay their threads along inner, so with
 // one or two column vectors 1/32 to 1/8 of them have work, and each column takes one block (8
 // blocks of 8 working threads for (8, 2**20, 4)). Here a slab is one flat row whose element e
 // is column e % inner's, read in W-element vectors (16-byte ones where the slab is contiguous,
 // inner is a multiple of V or a power of two below it and the slabs hold whole vectors; else
-// single elements, whose positions may lie apart: a slice of the columns) and split across
-// blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
+// single elements, read where they lie: a slice of the columns, or every other one) and split
+// across blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
 //
 // A thread's vectors are those of one index modulo CV = inner / M, M = min(inner, W): a
 // block's threads step by `stride`, the most of them a multiple of CV (the others idle), and tiles,
@@ -65,15 +64,16 @@ constexpr int kSlabMaxColumns = 128;
 // Adds vectors of the slab at xs to thread t's (t < stride) column statistics: from begin + t,
 // slab_unroll(W) vectors `stride` apart, then as many again `jump` further on, below `end`
 // (begin, stride and jump multiples of CV). Vector j lies at j * W (a slab of vectors is
-// contiguous); single element j at (j / CV) * sl + j % CV, sl x's stride along the dim.
+// contiguous); single element j at (j / CV) * sl + (j % CV) * si, x's strides along the dim
+// and along inner.
 template <typename T, typename Op, int W, int M>
-__device__ __forceinline__ void slab_add(const T* xs, int64_t sl, int cvs, int64_t begin, int64_t end, int64_t jump,
-                                         int t, int stride, RowAccumulator<Op, acc_t<T>> (&acc)[M]) {
+__device__ __forceinline__ void slab_add(const T* xs, int64_t sl, int64_t si, int cvs, int64_t begin, int64_t end,
+                                         int64_t jump, int t, int stride, RowAccumulator<Op, acc_t<T>> (&acc)[M]) {
   constexpr int U = slab_unroll(W), P = W / M;  // P: positions a vector
   // Single elements: element j's offset, and those between a thread's elements (stride and
   // jump apart).
   const int64_t apart = stride / cvs * sl, leap = jump / cvs * sl;
-  int64_t at = W > 1 ? 0 : (begin / cvs + t / cvs) * sl + t % cvs;
+  int64_t at = W > 1 ? 0 : (begin / cvs + t / cvs) * sl + t % cvs * si;
   for (int64_t j = begin + t; j < end; j += jump, at += leap) {
     Vec<T, W> v[U];
 #pragma unroll
@@ -157,7 +157,7 @@ __device__ __forceinline__ void slab_join(Stat (&s)[M], int cvs, int stride, Sta
 // `stride` vectors apart (begin, end and stride multiples of CV), walking back from the end;
 // sc[m] and sh[m] are the factor and shift of its vectors' column slot m (their cv: (end - 1 -
 // t) % CV); the weight by position along the reduced dim. Vectors and single elements lie as
-// slab_add reads them (y's single elements by y's stride along the dim).
+// slab_add reads them (y's single elements by y's strides).
 template <typename T, typename Op, int W, int M>
 __device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, int64_t o, int64_t begin, int64_t end, int t,
                                            int stride, int cvs, const acc_t<T> (&sc)[M], const acc_t<T> (&sh)[M]) {
@@ -171,7 +171,8 @@ __device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, int64_t o, i
     int64_t j = end - 1 - t, l = j / cvs * P;  // l: vector j's first position along the reduced dim
     // Single elements (P = 1): element j's offsets in x and y, and those between a thread's.
     const int64_t x_apart = step * a.view.x_sl, y_apart = step * a.view.y_sl;
-    int64_t xo = W > 1 ? 0 : l * a.view.x_sl + (j - l * cvs), yo = W > 1 ? 0 : l * a.view.y_sl + (j - l * cvs);
+    const int64_t cv = j - l * cvs;
+    int64_t xo = W > 1 ? 0 : l * a.view.x_sl + cv * a.view.x_si, yo = W > 1 ? 0 : l * a.view.y_sl + cv * a.view.y_si;
     for (; j >= begin; j -= int64_t(stride) * U, l -= step * U, xo -= x_apart * U, yo -= y_apart * U) {
       Vec<T, W> v[U];
 #pragma unroll
@@ -241,7 +242,8 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op>()))
   const int lane = threadIdx.x % 32;
   for (int64_t o = int64_t(blockIdx.x) * WARPS + threadIdx.x / 32; o < a.view.outer; o += int64_t(gridDim.x) * WARPS) {
     RowAccumulator<Op, A> acc[M];
-    slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, s.cvs, 0, s.nvec, 32 * slab_unroll(W), lane, 32, acc);
+    slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, a.view.x_si, s.cvs, 0, s.nvec, 32 * slab_unroll(W), lane,
+                          32, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
@@ -269,8 +271,8 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
   for (int64_t o = blockIdx.x; o < a.view.outer; o += gridDim.x) {
     RowAccumulator<Op, A> acc[M];
     if (static_cast<int>(threadIdx.x) < stride)
-      slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, s.cvs, 0, s.nvec, int64_t(stride) * slab_unroll(W),
-                            threadIdx.x, stride, acc);
+      slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, a.view.x_si, s.cvs, 0, s.nvec,
+                            int64_t(stride) * slab_unroll(W), threadIdx.x, stride, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
@@ -295,8 +297,8 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
     const T* xs = a.x + u / s.parts * a.view.x_so;
     RowAccumulator<Op, A> acc[M];
     if (static_cast<int>(threadIdx.x) < stride)  // tiles part, part + parts, ...
-      slab_add<T, Op, W, M>(xs, a.view.x_sl, s.cvs, u % s.parts * tile, s.nvec, s.parts * tile, threadIdx.x, stride,
-                            acc);
+      slab_add<T, Op, W, M>(xs, a.view.x_sl, a.view.x_si, s.cvs, u % s.parts * tile, s.nvec, s.parts * tile,
+                            threadIdx.x, stride, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
