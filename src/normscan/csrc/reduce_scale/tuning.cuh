@@ -337,11 +337,19 @@ constexpr int kSlabBlock = 256;
 #ifndef NORMSCAN_SLAB_SPAN_TILES
 #define NORMSCAN_SLAB_SPAN_TILES 4
 #endif
+// A slab is split into at least NORMSCAN_SLAB_MIN_PARTS parts, else one block reads it: 256
+// slabs in two parts each took three launches and a merging block a column for two statistics.
+// 2 -> 3, fp32 ms (H100, 2026-11-27, tools/tune.py): (256, 4096, 8) l1_normalize, l2_normalize,
+// rms_norm 0.040 -> 0.030; l1_normalize (256, 4096, 12) 0.060 -> 0.051 (its summing kernel took 64
+// registers, no longer 67, so four blocks a SM: two parts); 5 gave the same.
+#ifndef NORMSCAN_SLAB_MIN_PARTS
+#define NORMSCAN_SLAB_MIN_PARTS 3
+#endif
 inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int w, int cvs, int64_t resident) {
   const int stride = kSlabBlock - kSlabBlock % cvs;  // threads at work: whole positions
   const int64_t tile = int64_t(stride) * slab_unroll(w), span = tile * NORMSCAN_SLAB_SPAN_TILES;
   const int64_t parts = slabs >= resident ? 1 : min64(resident / slabs, ceil_div(nvec, tile) / kSplitMinTiles);
-  return SlabSplitting{nvec, parts > 1 ? parts : 1, ceil_div(nvec, span), span, cvs, stride};
+  return SlabSplitting{nvec, parts >= NORMSCAN_SLAB_MIN_PARTS ? parts : 1, ceil_div(nvec, span), span, cvs, stride};
 }
 
 }  // namespace normscan
