@@ -168,21 +168,34 @@ ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat1
                    ((3, 3000, 6), torch.float64)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
+# Past 128 columns with too few (outer, 32 columns) units for the GPU, the reduce-scale slab
+# kernels too: vectors (a position's CV of 64 and 256 dividing the block, 20 and 150 not),
+# single elements (201, 250), and 257 single elements, more than a block's threads: strided.
+WIDE_SLAB_SHAPES = [((1, 20000, 256), torch.float32), ((2, 3000, 160), torch.bfloat16), ((1, 1000, 1024), torch.float32),
+                    ((2, 3000, 300), torch.float64), ((1, 4000, 201), torch.float32), ((2, 500, 250), torch.float16),
+                    ((3, 50000, 136), torch.float32), ((2, 3000, 257), torch.float32)]
+# Units (an outer's 32 columns) past which the strided reduce-scale kernels take 32 columns
+# or more rather than the slabs: an H100's or H200's SMs (csrc/reduce_scale/dispatch.cuh).
+STRIDED_UNITS = 132
+
+
 def _column_variants(shape: tuple, dim: int) -> list[tuple[str, tuple, Callable | None]]:
     """(name, shape, view) of tensors that give shape's (outer, length, inner) about dim another
     layout, where inner is 2 to 128: [..., :inner] and [..., ::2] of (outer, length, 2 * inner)
     (each position's columns apart from the next's, or every other column: the reduce-scale
-    slab kernels' single elements, the scans' strided kernels), and (outer, length, m * inner),
-    m odd and m * inner past 128 (the strided kernels of every op, 16-byte vectors where inner
-    takes them)."""
+    slab kernels' single elements, the scans' strided kernels), and (outer', length', m *
+    inner), m odd and m * inner past 128, with a unit for every SM and at most 5000 positions
+    (the strided kernels of every op: each length's configuration up to the columns read
+    twice, 16-byte vectors where inner takes them)."""
     d = dim % len(shape)
     outer, length, inner = math.prod(shape[:d]), shape[d], math.prod(shape[d + 1:])
     if not 2 <= inner <= 128:
         return []
     m = next(m for m in range(3, 130, 2) if m * inner > 128)
+    wide = (max(outer, -(-STRIDED_UNITS // -(-m * inner // 32))), min(length, 5000), m * inner)
     return [("columns apart", (outer, length, 2 * inner), lambda x: x[..., :x.shape[-1] // 2]),
             ("columns stepped", (outer, length, 2 * inner), lambda x: x[..., ::2]),
-            ("columns wide", (outer, length, m * inner), None)]
+            ("columns wide", wide, None)]
 
 
 VIEWS = {"columns apart": lambda x: x[..., :x.shape[-1] // 2], "columns stepped": lambda x: x[..., ::2]}
@@ -444,7 +457,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                 d = long_dist if shape[-1] > 1 << 20 else dist
                 out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
                                 maker(shape, dtype, d), dim, float_mask=True))
-    for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES:
+    for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES + WIDE_SLAB_SHAPES:
         out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
     out.append(Case(f"{op} sliced slabs (3, 5003, 8)[:, :5000] dim=1", op,
                     maker((3, 5003, 8), torch.float32, dist, view=lambda x: x[:, :5000]), 1))

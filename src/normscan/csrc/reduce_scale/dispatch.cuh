@@ -241,7 +241,7 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
 
 // The column slots M a vector holds where the slab kernels (slab.cuh) take a view: 0 where
 // they do not; 1 for single elements; 2, 4 or 8 for 16-byte vectors. They take 2 to
-// NORMSCAN_SLAB_MAX_COLUMNS columns: in 16-byte vectors where the slabs (one outer's (length,
+// NORMSCAN_SLAB_MAX_COLUMNS columns whose vectors a position a block's threads hold: in 16-byte vectors where the slabs (one outer's (length,
 // inner) block, in x and y) are contiguous, inner is a multiple of V or a power of two below
 // it and the slabs hold whole vectors, each starting on a 16-byte boundary; else single
 // elements, read where they lie (a slice of the columns, or every other one: rms_norm fp32 (1,
@@ -256,7 +256,8 @@ template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a
                        v.length * k % V == 0 &&
                        (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0)) &&
                        reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.y) % 16 == 0;
-  return vectors ? static_cast<int>(k < V ? k : V) : 1;
+  const int m = vectors ? static_cast<int>(k < V ? k : V) : 1;
+  return k / m <= kSlabBlock ? m : 0;
 }
 
 // Slabs read in W-element vectors of M column slots (slab.cuh): a warp a short slab (16-byte
@@ -312,11 +313,13 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
   const bool sm90 = d.major >= 9;  // clusters, and the configs built for sm_90 only
   const int64_t max_cluster = sm90 ? kStridedMaxCluster : 1;
   if constexpr (kSlabOp<Op>) {
-    // Slabs, unless 32 columns or more that the strided kernels hold on chip with a tile for
-    // every SM: fp32 rms_norm (64, 4096, 96) 0.075 ms strided, 0.106 as slabs; (16, 32768, 32)
-    // (read twice, one block a tile) 1.820 strided, 0.072 as slabs.
-    const bool strided_holds = a.view.inner >= 32 && n <= StridedCluster<T>::kHeld * max_cluster &&
-                               a.view.outer * ceil_div(a.view.inner, 32) >= d.sms;
+    // Slabs, unless 32 columns or more that the strided kernels serve with a tile for every
+    // SM: columns they hold on chip (fp32 rms_norm (64, 4096, 96) 0.075 ms strided, 0.106 as
+    // slabs; (16, 32768, 32), read twice by 16 blocks, 1.820 strided, 0.072 as slabs) and past
+    // 128 columns any ((64, 4096, 256) read twice, 0.207 ms, 87% of copy; (1, 2**20, 256) by
+    // 2 blocks, 65.2 ms against torch.compile's 1.08).
+    const bool strided_holds = a.view.inner >= 32 && a.view.outer * ceil_div(a.view.inner, 32) >= d.sms &&
+                               (a.view.inner > 128 || n <= StridedCluster<T>::kHeld * max_cluster);
     constexpr int V = vec16<T>();
     const int m = strided_holds ? 0 : slab_slots<T, Op>(a);
     if (m == 1) return launch_slabs<T, Op, 1, 1, false>(a, stream, alloc);

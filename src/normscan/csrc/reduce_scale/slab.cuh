@@ -1,12 +1,13 @@
 // Slabs read twice: y = apply(x, scale(sum over each column)) [* w] over the middle dim of an
-// (outer, length, inner) view with few columns (at most 128: a (batch, time, features) tensor
-// normalised over time, with few features); a slab is one outer's (length, inner) block. The strided kernels lay their threads along inner, so with
-// one or two column vectors 1/32 to 1/8 of them have work, and each column takes one block (8
-// blocks of 8 working threads for (8, 2**20, 4)). Here a slab is one flat row whose element e
-// is column e % inner's, read in W-element vectors (16-byte ones where the slab is contiguous,
-// inner is a multiple of V or a power of two below it and the slabs hold whole vectors; else
-// single elements, read where they lie: a slice of the columns, or every other one) and split
-// across blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
+// (outer, length, inner) view with few columns (2 to 1024: a (batch, time, features) tensor
+// normalised over time); a slab is one outer's (length, inner) block. The strided kernels lay
+// their threads along inner, so with one or two column vectors 1/32 to 1/8 of them have work,
+// and each column tile takes one block (8 blocks of 8 working threads for (8, 2**20, 4); 2
+// blocks for (1, 2**20, 256)). Here a slab is one flat row whose element e is column e %
+// inner's, read in W-element vectors (16-byte ones where the slab is contiguous, inner is a
+// multiple of V or a power of two below it and the slabs hold whole vectors; else single
+// elements, read where they lie: a slice of the columns, or every other one) and split across
+// blocks as reread.cuh's rows are: a pass that sums, then a pass that scales.
 //
 // A thread's vectors are those of one index modulo CV = inner / M, M = min(inner, W): a
 // block's threads step by `stride`, the most of them a multiple of CV (the others idle), and tiles,
@@ -59,7 +60,7 @@ template <typename T, typename Op, bool WHOLE = true> constexpr int slab_min_blo
 template <int BLOCK, bool WHOLE> __device__ __forceinline__ int slab_stride(const SlabSplitting& s) {
   return WHOLE ? BLOCK : s.stride;
 }
-constexpr int kSlabMaxColumns = 128;
+constexpr int kSlabMaxColumns = 1024;  // fp32's, a position's vectors a block's threads
 
 // Adds vectors of the slab at xs to thread t's (t < stride) column statistics: from begin + t,
 // slab_unroll(W) vectors `stride` apart, then as many again `jump` further on, below `end`
@@ -95,26 +96,35 @@ __device__ __forceinline__ void slab_add(const T* xs, int64_t sl, int64_t si, in
   }
 }
 
-// Folds entries[e], e < n, into column e % columns (columns <= BLOCK), each column's entries
-// in one order, up to 8 threads a column and then one: column c's statistic to thread c.
-// Called by every thread of the block past a barrier after the entries were written; spare
-// holds BLOCK entries. It holds one barrier: callers meet at another before either buffer is
+// Folds entries[e], e < n, into column e % columns, each column's entries in one order, and
+// hands column c's statistic to done(c, statistic) on thread c % BLOCK: up to 8 threads a
+// column and then one where half the block holds the columns, else a thread a column. Called
+// by every thread of the block past a barrier after the entries were written; spare holds
+// BLOCK entries. It holds at most one barrier: callers meet at another before either buffer is
 // written again.
-template <typename Op, int BLOCK, typename Stat>
-__device__ __forceinline__ Stat fold_columns(const Stat* entries, int n, int columns, Stat* spare) {
+template <typename Op, int BLOCK, typename Stat, typename Done>
+__device__ __forceinline__ void fold_columns(const Stat* entries, int n, int columns, Stat* spare, Done&& done) {
   const int t = threadIdx.x, per = n / columns, cap = BLOCK / columns;
   const int f = max(1, min(min(per, cap), 8));  // folders a column
+  if (f == 1) {
+    for (int c = t; c < columns; c += BLOCK) {
+      Stat r = RowStatOp<Op>::template identity<Stat>();
+      for (int e = c; e < n; e += columns) r = RowStatOp<Op>::apply(r, entries[e]);
+      done(c, r);
+    }
+    return;
+  }
   Stat r = RowStatOp<Op>::template identity<Stat>();
   if (t < f * columns) {
     for (int e = t; e < n; e += f * columns) r = RowStatOp<Op>::apply(r, entries[e]);
     spare[t] = r;
   }
   __syncthreads();
-  r = RowStatOp<Op>::template identity<Stat>();
   if (t < columns) {
+    r = RowStatOp<Op>::template identity<Stat>();
     for (int k = 0; k < f; ++k) r = RowStatOp<Op>::apply(r, spare[k * columns + t]);
+    done(t, r);
   }
-  return r;
 }
 
 // Joins the column statistics s of a warp's lanes of the same cv (CV a power of two): every
@@ -126,7 +136,7 @@ template <typename Op, int M, typename Stat> __device__ __forceinline__ void sla
 }
 
 // Joins every thread's column statistics s (threads at or past `stride` hold none) into the
-// block's, column c's handed to done(c, statistic) by thread c: a power-of-two CV up to 32
+// block's, column c's handed to done(c, statistic) by thread c % BLOCK: a power-of-two CV up to 32
 // across a warp's lanes first, then the warps' (BLOCK / 32 * inner entries); else the
 // threads' (stride * M entries). spare: BLOCK. As fold_columns, callers meet at a barrier
 // before the buffers are written again.
@@ -149,8 +159,7 @@ __device__ __forceinline__ void slab_join(Stat (&s)[M], int cvs, int stride, Sta
     n = stride * M;
   }
   __syncthreads();
-  const Stat r = fold_columns<Op, BLOCK>(entries, n, cvs * M, spare);
-  if (t < cvs * M) done(t, r);
+  fold_columns<Op, BLOCK>(entries, n, cvs * M, spare, done);
 }
 
 // Scales the vectors of thread t (< stride) of the threads that scale [begin, end) of slab o,
@@ -224,11 +233,10 @@ __device__ __forceinline__ void slab_block_scale(const ArgsFor<T, Op>& a, const 
   slab_scale<T, Op, W, M>(a, o, begin, end, t, stride, s.cvs, sc, sh);
 }
 
-// Shared memory of the block kernels: the joins' entries (a warp's inner of them, or a
-// thread's M), then each column's factor and shift.
+// Shared memory of the block kernels: the joins' entries (a warp's inner of them, CV <= 32,
+// or a thread's M: at most BLOCK * M), then each column's factor and shift.
 template <typename A, typename Stat, int BLOCK, int M> struct SlabShared {
-  static constexpr int kEntries = BLOCK / 32 * kSlabMaxColumns > BLOCK * M ? BLOCK / 32 * kSlabMaxColumns : BLOCK * M;
-  Stat entries[kEntries], spare[BLOCK];
+  Stat entries[BLOCK * M], spare[BLOCK];
   A scale[kSlabMaxColumns], shift[kSlabMaxColumns];
 };
 
@@ -338,7 +346,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
   const int64_t units = a.view.outer * s.spans;
   for (int64_t i = blockIdx.x; i < units; i += gridDim.x) {
     const int64_t u = units - 1 - i, o = u / s.spans, span = u % s.spans;
-    if (t < columns) slab_column_scale<T, Op>(a, t, merged[o * columns + t], scale, shift);
+    for (int c = t; c < columns; c += BLOCK) slab_column_scale<T, Op>(a, c, merged[o * columns + c], scale, shift);
     __syncthreads();
     slab_block_scale<T, Op, BLOCK, W, M, WHOLE>(a, s, o, span * s.span, min64((span + 1) * s.span, s.nvec), scale,
                                                 shift);

@@ -314,10 +314,10 @@ using StridedRereadOf = std::conditional_t<kThousandThreads<T, Op>, StridedRerea
 constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
 
 // ---------------------------------------------------------------- slabs (slab.cuh)
-// Views of contiguous slabs with 2 to this many columns go to the slab kernels rather than
-// the strided ones (0: none do).
+// Views with 2 to this many columns beside the dim go to the slab kernels rather than the
+// strided ones (0: none do; dispatch.cuh has the exceptions).
 #ifndef NORMSCAN_SLAB_MAX_COLUMNS
-#define NORMSCAN_SLAB_MAX_COLUMNS 128
+#define NORMSCAN_SLAB_MAX_COLUMNS 1024
 #endif
 // fp32, ms, H100, 2026-11-27 (tools/tune.py, 3 rounds), strided kernels -> slabs: rms_norm
 // (1024, 4096, 2) 0.147 -> 0.023, (16, 32768, 32) 1.811 -> 0.073, (1, 4194304, 2) 46.3 ->
