@@ -241,11 +241,12 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
 
 // The column slots M a vector holds where the slab kernels (slab.cuh) take a view: 0 where
 // they do not; 1 for single elements; 2, 4 or 8 for 16-byte vectors. They take 2 to
-// NORMSCAN_SLAB_MAX_COLUMNS columns whose vectors a position a block's threads hold: in 16-byte vectors where the slabs (one outer's (length,
-// inner) block, in x and y) are contiguous, inner is a multiple of V or a power of two below
-// it and the slabs hold whole vectors, each starting on a 16-byte boundary; else single
-// elements, read where they lie (a slice of the columns, or every other one: rms_norm fp32 (1,
-// 4194304, 4)[..., :2] took 53.8 ms on the strided kernels, H100).
+// NORMSCAN_SLAB_MAX_COLUMNS columns, a position's vectors no more than a block's threads: in
+// 16-byte vectors where the slabs (one outer's (length, inner) block, in x and y) are
+// contiguous, inner is a multiple of V or a power of two below it and the slabs hold whole
+// vectors, each starting on a 16-byte boundary; else single elements, read where they lie (a
+// slice of the columns, or every other one: rms_norm fp32 (1, 4194304, 4)[..., :2] took 53.8
+// ms on the strided kernels, H100).
 template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a) {
   constexpr int V = vec16<T>();
   static_assert(NORMSCAN_SLAB_MAX_COLUMNS <= kSlabMaxColumns, "columns a slab block's shared memory holds");

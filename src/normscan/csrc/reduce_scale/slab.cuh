@@ -60,7 +60,8 @@ template <typename T, typename Op, bool WHOLE = true> constexpr int slab_min_blo
 template <int BLOCK, bool WHOLE> __device__ __forceinline__ int slab_stride(const SlabSplitting& s) {
   return WHOLE ? BLOCK : s.stride;
 }
-constexpr int kSlabMaxColumns = 1024;  // fp32's, a position's vectors a block's threads
+// The most columns: fp32's 256 vectors a position, one to each thread of a block.
+constexpr int kSlabMaxColumns = 1024;
 
 // Adds vectors of the slab at xs to thread t's (t < stride) column statistics: from begin + t,
 // slab_unroll(W) vectors `stride` apart, then as many again `jump` further on, below `end`
@@ -178,7 +179,8 @@ __device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, int64_t o, i
     constexpr bool WEIGHTED = decltype(weighted)::value;
     const int64_t step = stride / cvs * P;  // positions between a thread's vectors
     int64_t j = end - 1 - t, l = j / cvs * P;  // l: vector j's first position along the reduced dim
-    // Single elements (P = 1): element j's offsets in x and y, and those between a thread's.
+    // Single elements (P = 1, l = j / CV): element j's offsets in x and y, and those between a
+    // thread's.
     const int64_t x_apart = step * a.view.x_sl, y_apart = step * a.view.y_sl;
     const int64_t cv = j - l * cvs;
     int64_t xo = W > 1 ? 0 : l * a.view.x_sl + cv * a.view.x_si, yo = W > 1 ? 0 : l * a.view.y_sl + cv * a.view.y_si;
