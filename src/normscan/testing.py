@@ -198,9 +198,6 @@ def _column_variants(shape: tuple, dim: int) -> list[tuple[str, tuple, Callable 
             ("columns wide", wide, None)]
 
 
-VIEWS = {"columns apart": lambda x: x[..., :x.shape[-1] // 2], "columns stepped": lambda x: x[..., ::2]}
-
-
 VIEWS = {
     "transposed": (lambda x: x.t(), (64, 33), 1),
     "sliced": (lambda x: x[:, :-1], (6, 1001), 1),

@@ -63,15 +63,16 @@ template <int BLOCK, bool WHOLE> __device__ __forceinline__ int slab_stride(cons
 // The most columns: fp32's 256 vectors a position, one to each thread of a block.
 constexpr int kSlabMaxColumns = 1024;
 
-// Adds vectors of the slab at xs to thread t's (t < stride) column statistics: from begin + t,
-// slab_unroll(W) vectors `stride` apart, then as many again `jump` further on, below `end`
-// (begin, stride and jump multiples of CV). Vector j lies at j * W (a slab of vectors is
-// contiguous); single element j at (j / CV) * sl + (j % CV) * si, x's strides along the dim
-// and along inner.
+// Adds vectors of x's slab at xs to thread t's (t < stride) column statistics: from begin +
+// t, slab_unroll(W) vectors `stride` apart, then as many again `jump` further on (begin,
+// stride and jump multiples of CV). Vector j lies at j * W (a slab of vectors is contiguous);
+// single element j at (j / CV) * sl + (j % CV) * si, x's strides along the dim and inner.
 template <typename T, typename Op, int W, int M>
-__device__ __forceinline__ void slab_add(const T* xs, int64_t sl, int64_t si, int cvs, int64_t begin, int64_t end,
+__device__ __forceinline__ void slab_add(const ArgsFor<T, Op>& a, const SlabSplitting& s, const T* xs, int64_t begin,
                                          int64_t jump, int t, int stride, RowAccumulator<Op, acc_t<T>> (&acc)[M]) {
   constexpr int U = slab_unroll(W), P = W / M;  // P: positions a vector
+  const int64_t end = s.nvec, sl = a.view.x_sl, si = a.view.x_si;
+  const int cvs = s.cvs;
   // Single elements: element j's offset, and those between a thread's elements (stride and
   // jump apart).
   const int64_t apart = stride / cvs * sl, leap = jump / cvs * sl;
@@ -169,10 +170,12 @@ __device__ __forceinline__ void slab_join(Stat (&s)[M], int cvs, int stride, Sta
 // t) % CV); the weight by position along the reduced dim. Vectors and single elements lie as
 // slab_add reads them (y's single elements by y's strides).
 template <typename T, typename Op, int W, int M>
-__device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, int64_t o, int64_t begin, int64_t end, int t,
-                                           int stride, int cvs, const acc_t<T> (&sc)[M], const acc_t<T> (&sh)[M]) {
+__device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, const SlabSplitting& s, int64_t o, int64_t begin,
+                                           int64_t end, int t, int stride, const acc_t<T> (&sc)[M],
+                                           const acc_t<T> (&sh)[M]) {
   constexpr int U = slab_unroll(W), P = W / M;
   using A = acc_t<T>;
+  const int cvs = s.cvs;
   const T* xs = a.x + o * a.view.x_so;
   T* ys = a.y + o * a.view.y_so;
   auto walk = [&](auto weighted) {
@@ -232,7 +235,7 @@ __device__ __forceinline__ void slab_block_scale(const ArgsFor<T, Op>& a, const 
     sc[m] = scale[cv * M + m];
     sh[m] = shift[cv * M + m];
   }
-  slab_scale<T, Op, W, M>(a, o, begin, end, t, stride, s.cvs, sc, sh);
+  slab_scale<T, Op, W, M>(a, s, o, begin, end, t, stride, sc, sh);
 }
 
 // Shared memory of the block kernels: the joins' entries (a warp's inner of them, CV <= 32,
@@ -252,8 +255,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op>()))
   const int lane = threadIdx.x % 32;
   for (int64_t o = int64_t(blockIdx.x) * WARPS + threadIdx.x / 32; o < a.view.outer; o += int64_t(gridDim.x) * WARPS) {
     RowAccumulator<Op, A> acc[M];
-    slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, a.view.x_si, s.cvs, 0, s.nvec, 32 * slab_unroll(W), lane,
-                          32, acc);
+    slab_add<T, Op, W, M>(a, s, a.x + o * a.view.x_so, 0, 32 * slab_unroll(W), lane, 32, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op>()))
       sc[m] = shfl_idx(rs.scale, from);
       sh[m] = shfl_idx(rs.shift, from);
     }
-    slab_scale<T, Op, W, M>(a, o, 0, s.nvec, lane, 32, s.cvs, sc, sh);
+    slab_scale<T, Op, W, M>(a, s, o, 0, s.nvec, lane, 32, sc, sh);
   }
 }
 
@@ -281,8 +283,8 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
   for (int64_t o = blockIdx.x; o < a.view.outer; o += gridDim.x) {
     RowAccumulator<Op, A> acc[M];
     if (static_cast<int>(threadIdx.x) < stride)
-      slab_add<T, Op, W, M>(a.x + o * a.view.x_so, a.view.x_sl, a.view.x_si, s.cvs, 0, s.nvec,
-                            int64_t(stride) * slab_unroll(W), threadIdx.x, stride, acc);
+      slab_add<T, Op, W, M>(a, s, a.x + o * a.view.x_so, 0, int64_t(stride) * slab_unroll(W), threadIdx.x, stride,
+                            acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();
@@ -307,8 +309,7 @@ __global__ void __launch_bounds__(BLOCK, (slab_min_blocks<T, Op, WHOLE>()))
     const T* xs = a.x + u / s.parts * a.view.x_so;
     RowAccumulator<Op, A> acc[M];
     if (static_cast<int>(threadIdx.x) < stride)  // tiles part, part + parts, ...
-      slab_add<T, Op, W, M>(xs, a.view.x_sl, a.view.x_si, s.cvs, u % s.parts * tile, s.nvec, s.parts * tile,
-                            threadIdx.x, stride, acc);
+      slab_add<T, Op, W, M>(a, s, xs, u % s.parts * tile, s.parts * tile, threadIdx.x, stride, acc);
     Stat st[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) st[m] = acc[m].stat();

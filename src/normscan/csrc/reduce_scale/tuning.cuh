@@ -163,13 +163,19 @@ constexpr int kRereadBlock = 512;
 #define NORMSCAN_SPLIT_SPAN_TILES_GROUPED 4
 #endif
 constexpr int64_t kSplitMinTiles = 4;
+// Blocks summing each of `units` rows (or slabs) of nvec vectors, tiles of `tile`: as many as
+// fill the `resident` blocks, each at least kSplitMinTiles tiles; 1 where the units fill them.
+inline int64_t split_parts(int64_t units, int64_t nvec, int64_t tile, int64_t resident) {
+  const int64_t parts = units >= resident ? 1 : min64(resident / units, ceil_div(nvec, tile) / kSplitMinTiles);
+  return parts > 1 ? parts : 1;
+}
 inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, bool grouped) {
   const int64_t tile = kRereadTile<kRereadBlock>,
                 span = tile * (grouped ? NORMSCAN_SPLIT_SPAN_TILES_GROUPED : NORMSCAN_SPLIT_SPAN_TILES);
-  const int64_t parts = rows >= resident ? 1 : min64(resident / rows, ceil_div(nvec, tile) / kSplitMinTiles);
+  const int64_t parts = split_parts(rows, nvec, tile, resident);
   // One span at least: span 0 also scales the row's edges (rows shorter than a vector that
   // share statistics, batch_norm's, are split too).
-  return RowSplitting{parts > 1 ? parts : 1, nvec > 0 ? ceil_div(nvec, span) : 1, span};
+  return RowSplitting{parts, nvec > 0 ? ceil_div(nvec, span) : 1, span};
 }
 
 // Aligned rows longer than a cluster holds, held across the GPU (reduce_scale_held_kernel;
@@ -330,7 +336,7 @@ constexpr int kSlabBlock = 256;
 #define NORMSCAN_SLAB_WARP_VECS 512
 #endif
 // Slabs fewer than the blocks the GPU holds at once are each summed by as many blocks as
-// fill it, each at least kSplitMinTiles tiles; spans of NORMSCAN_SLAB_SPAN_TILES tiles scale
+// fill it (split_parts); spans of NORMSCAN_SLAB_SPAN_TILES tiles scale
 // them. Spans of 1 -> 4 tiles, ms (measured while each scaling block merged its slab's parts
 // itself): softmax (8, 16384, 64) 0.057 -> 0.041, (16, 32768, 32) 0.083 -> 0.075; rms_norm
 // 0.038 -> 0.035, 0.073 -> 0.070; the rest within 0.004.
@@ -348,7 +354,7 @@ constexpr int kSlabBlock = 256;
 inline SlabSplitting split_slabs(int64_t slabs, int64_t nvec, int w, int cvs, int64_t resident) {
   const int stride = kSlabBlock - kSlabBlock % cvs;  // threads at work: whole positions
   const int64_t tile = int64_t(stride) * slab_unroll(w), span = tile * NORMSCAN_SLAB_SPAN_TILES;
-  const int64_t parts = slabs >= resident ? 1 : min64(resident / slabs, ceil_div(nvec, tile) / kSplitMinTiles);
+  const int64_t parts = split_parts(slabs, nvec, tile, resident);
   return SlabSplitting{nvec, parts >= NORMSCAN_SLAB_MIN_PARTS ? parts : 1, ceil_div(nvec, span), span, cvs, stride};
 }
 
