@@ -445,6 +445,10 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
                             kwargs))
+        for shape in [(2, 40000, 8), (3, 5000, 2)]:  # slabs gathered
+            for name, base, view in _column_variants(shape, 1)[:2]:
+                out.append(Case(f"{op} {shape} dim=1 {name} {_label(kwargs)}", op,
+                                maker(base, torch.float32, dist, view=view), 1, kwargs))
     if spec.takes("mask"):  # a broadcast mask (copied into x's layout), a mask of x's dtype on every kernel
         out.append(Case(f"{op} broadcast mask (5, 33, 8) dim=1", op, maker((5, 33, 8), torch.float32, dist), 1,
                         mask_dims=(0, 2)))
@@ -454,8 +458,18 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                 d = long_dist if shape[-1] > 1 << 20 else dist
                 out.append(Case(f"{op} {_dt(dtype)} mask {shape} dim={dim}", op,
                                 maker(shape, dtype, d), dim, float_mask=True))
+            out.append(Case(f"{op} {_dt(dtype)} mask (2, 40000, 8) dim=1 columns apart", op,
+                            maker((2, 40000, 16), dtype, dist, view=lambda x: x[..., :8]), 1, float_mask=True))
     for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES + WIDE_SLAB_SHAPES:
         out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
+    # The same slabs' columns apart and stepped (the scans gather them, the reduce-scale ops
+    # read single elements), and slabs contiguous from an unaligned start (gathered too).
+    for shape, dtype in SLAB_SHAPES:
+        for name, base, view in _column_variants(shape, 1)[:2]:
+            out.append(Case(f"{op} slabs {shape} dim=1 {name} {_dt(dtype)}", op, maker(base, dtype, dist, view=view), 1))
+    for shape, dtype in [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.bfloat16), ((2, 1000, 16), torch.float64)]:
+        out.append(Case(f"{op} slabs {shape} dim=1 one element in {_dt(dtype)}", op,
+                        maker((math.prod(shape) + 1,), dtype, dist, view=lambda x, s=shape: x[1:].view(s)), 1))
     out.append(Case(f"{op} sliced slabs (3, 5003, 8)[:, :5000] dim=1", op,
                     maker((3, 5003, 8), torch.float32, dist, view=lambda x: x[:, :5000]), 1))
     for shape in [(3, 100, 4), (2, 3000, 4), (2, 40000, 8), (2, 40000, 6)]:  # a warp a slab; a block; several
@@ -510,6 +524,9 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                         maker((9, (1 << 28) + 3), torch.float32, long_dist), 1, sample=(0, 0)))
         out.append(Case(f"{op} >2**31 slabs (9, 2**26+1, 4)", op,
                         maker((9, (1 << 26) + 1, 4), torch.float32, long_dist), 1, sample=(0, 0)))
+        out.append(Case(f"{op} >2**31 slabs apart (5, 2**26+1, 8)[..., :4]", op,
+                        maker((5, (1 << 26) + 1, 8), torch.float32, long_dist, view=lambda x: x[..., :4]), 1,
+                        sample=(0, 0)))
     return out
 
 

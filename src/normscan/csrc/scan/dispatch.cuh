@@ -63,34 +63,62 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgsFor<T, Op>& a, int sms)
   return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
 }
 
-// Tiles a slab of the slab kernel, or 0 where the strided kernel takes the view: inner a
-// power of two of at most ScanSlab::kMaxColumns columns and 32 vectors a position, each
-// outer's (length, inner) block contiguous, 16-byte aligned and of whole vectors, and at
-// least half a tile (shorter slabs would each pay a tile's ticket, barriers and look-back);
-// and either fewer columns than a vector holds (the strided kernel's scalar loads) or too
-// few units for the strided kernel to fill the GPU without clusters (their blocks walk the
-// whole dim: 256 slabs of 8 columns ran 0.031 ms strided, 0.040 as slabs).
+// A slab scan's plan: tiles a slab (0 where the strided kernel takes the view), and how x's
+// slab reaches shared memory.
+struct ScanSlabPlan {
+  int64_t tiles_per_slab = 0;
+  SlabCopy copy = SlabCopy::Flat;
+};
+
+// The slab kernel takes inner a power of two of at most ScanSlab::kMaxColumns columns and 32
+// vectors a position, y's (length, inner) block of each outer contiguous, 16-byte aligned
+// and of whole vectors (x's too, or x is gathered: a position's columns at a time where they
+// are contiguous and aligned, unmasked), and at least half a tile (shorter slabs
+// would each pay a tile's ticket, barriers and look-back); and either fewer columns than a
+// vector holds (the strided kernel's scalar loads) or too few units for the strided kernel
+// to fill the GPU without clusters (their blocks walk the whole dim: 256 slabs of 8 columns
+// ran 0.031 ms strided, 0.040 as slabs).
 template <typename T, typename Op>
-inline int64_t scan_slab_tiles(const ScanArgsFor<T, Op>& a, int sms) {
+inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>();
   const View& v = a.view;
   const int64_t k = v.inner;
-  if (k < 2 || k > ScanSlab::kMaxColumns || (k & (k - 1)) != 0 || k / ScanSlab::slots(k, V) > 32) return 0;
-  if (v.x_si != 1 || v.y_si != 1 || v.x_sl != k || v.y_sl != k || (v.length * k) % V != 0) return 0;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(a.x) || !aligned(a.y) || (v.outer > 1 && (v.x_so % V != 0 || v.y_so % V != 0))) return 0;
-  if (!mask_vectors<T, Op>(a, V)) return 0;
-  if (k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return 0;
+  if (k < 2 || k > ScanSlab::kMaxColumns || (k & (k - 1)) != 0 || k / ScanSlab::slots(k, V) > 32) return {};
+  const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {
+    return si == 1 && sl == k && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
+  };
+  if (!slab(a.y, v.y_so, v.y_sl, v.y_si) || (v.length * k) % V != 0) return {};
+  if (k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return {};
   const int64_t nvec = v.length * k / V;
-  return 2 * nvec < ScanSlab::kTileVecs ? 0 : ceil_div(nvec, ScanSlab::kTileVecs);
+  if (2 * nvec < ScanSlab::kTileVecs) return {};
+  const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
+  if (slab(a.x, v.x_so, v.x_sl, v.x_si) && mask_vectors<T, Op>(a, V)) return {tiles_per_slab, SlabCopy::Flat};
+  const int64_t m = ScanSlab::slots(k, V);  // a gathered copy's elements: a vector's columns of one position
+  const bool positions = !kMasked<Op> && v.x_si == 1 && reinterpret_cast<uintptr_t>(a.x) % (m * sizeof(T)) == 0 &&
+                         v.x_sl % m == 0 && (v.outer == 1 || v.x_so % m == 0);
+  return {tiles_per_slab, positions ? SlabCopy::Positions : SlabCopy::Elements};
 }
 
-template <typename T, typename Op, int M>
+template <typename T, typename Op, int M, SlabCopy COPY>
 inline cudaError_t launch_scan_slabs(const ScanArgsFor<T, Op>& a, const ScanSlab::State<scan_acc_t<T>>& st,
                                      int64_t tiles_per_slab, cudaStream_t stream) {
-  return launch_units<scan_slab_kernel<T, Op, M, ScanSlab>>(Grid::Persistent, dim3(ScanSlab::kBlock), 1,
-                                                            a.view.outer * tiles_per_slab, ScanSlab::kSmemBytes,
-                                                            stream, a, st, tiles_per_slab);
+  return launch_units<scan_slab_kernel<T, Op, M, COPY, ScanSlab>>(Grid::Persistent, dim3(ScanSlab::kBlock), 1,
+                                                                    a.view.outer * tiles_per_slab,
+                                                                    ScanSlab::kSmemBytes, stream, a, st,
+                                                                    tiles_per_slab);
+}
+
+template <typename T, typename Op, SlabCopy COPY>
+inline cudaError_t launch_scan_slabs(const ScanArgsFor<T, Op>& a, const ScanSlab::State<scan_acc_t<T>>& st,
+                                     int64_t tiles_per_slab, cudaStream_t stream) {
+  constexpr int V = vec16<T>();
+  const int64_t slots = ScanSlab::slots(a.view.inner, V);  // 2, 4 or 8, at most V
+  if (slots == 2) return launch_scan_slabs<T, Op, 2, COPY>(a, st, tiles_per_slab, stream);
+  if constexpr (V >= 4)
+    if (slots == 4) return launch_scan_slabs<T, Op, 4, COPY>(a, st, tiles_per_slab, stream);
+  if constexpr (V >= 8)
+    if (slots == 8) return launch_scan_slabs<T, Op, 8, COPY>(a, st, tiles_per_slab, stream);
+  return cudaErrorInvalidConfiguration;
 }
 
 // A look-back launch's workspace of `bytes` for `tiles` tiles (at most 2**31 - 1: the
@@ -133,21 +161,19 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
     }
     return launch_scan_rows<T, Op, 1, ScanRowsLarge>(a, stream);
   }
-  const int64_t tiles_per_slab = scan_slab_tiles<T, Op>(a, d.sms);
-  if (tiles_per_slab > 0) {
+  const ScanSlabPlan plan = scan_slab_plan<T, Op>(a, d.sms);
+  if (plan.tiles_per_slab > 0) {
     using SlabState = ScanSlab::State<scan_acc_t<T>>;
-    const int64_t tiles = a.view.outer * tiles_per_slab;
+    const int64_t tiles = a.view.outer * plan.tiles_per_slab;
     void* workspace = nullptr;
     err = lookback_workspace(alloc, tiles, SlabState::bytes(tiles, a.view.inner), stream, &workspace);
     if (err != cudaSuccess) return err;
     const SlabState st = SlabState::in(workspace, a.view.inner);
-    const int64_t slots = ScanSlab::slots(a.view.inner, V);  // 2, 4 or 8, at most V
-    if (slots == 2) return launch_scan_slabs<T, Op, 2>(a, st, tiles_per_slab, stream);
-    if constexpr (V >= 4)
-      if (slots == 4) return launch_scan_slabs<T, Op, 4>(a, st, tiles_per_slab, stream);
-    if constexpr (V >= 8)
-      if (slots == 8) return launch_scan_slabs<T, Op, 8>(a, st, tiles_per_slab, stream);
-    return cudaErrorInvalidConfiguration;
+    if (plan.copy == SlabCopy::Flat) return launch_scan_slabs<T, Op, SlabCopy::Flat>(a, st, plan.tiles_per_slab, stream);
+    if constexpr (!kMasked<Op>)  // masked gathers load element by element (slab.cuh)
+      if (plan.copy == SlabCopy::Positions)
+        return launch_scan_slabs<T, Op, SlabCopy::Positions>(a, st, plan.tiles_per_slab, stream);
+    return launch_scan_slabs<T, Op, SlabCopy::Elements>(a, st, plan.tiles_per_slab, stream);
   }
   if (a.view.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V))
     return launch_scan_strided<T, Op, ScanStridedVec, V>(a, d, stream);

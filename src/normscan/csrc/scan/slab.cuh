@@ -6,12 +6,16 @@
 // follows: warp 0 looks back for the older of a block's two tiles while the data warps take
 // in the newer).
 //
-// A tile is copied flat, whole 16-byte vectors and whole lines, into shared memory. There
+// A tile is copied flat, whole 16-byte vectors and whole lines, into shared memory, or,
+// where x's slab is not contiguous (x[..., :k] of a wider tensor, every other column, an
+// unaligned start) but y's is, gathered into it a position's columns or an element at a
+// time (SlabCopy). There
 // each data thread takes a run of NV consecutive positions of one column vector, lane =
 // run * CV + cv with CV the vectors a position spans (1 where a vector holds V / inner
 // positions): a warp's runs are joined by shuffles over lanes CV apart, its warps through
 // shared memory. The scanned tile is written back in place and stored flat. Element i of a
-// vector is the thread's column slot i % M, M = min(inner, V): column cv * M + i % M.
+// vector is the thread's column slot i % M, M = min(inner, V): column cv * M + i % M, of
+// position i / M past the vector's first.
 // A reverse scan reads the slab backwards, vectors flipped: its columns are then met in
 // reverse order, each still a scan of its own.
 #pragma once
@@ -43,7 +47,12 @@ template <int BLOCK, int NV, int MINB, int64_t ENTRY, int MAXC> struct ScanSlabC
   static __host__ __device__ constexpr int64_t slots(int64_t columns, int v) { return columns < v ? columns : v; }
 };
 
-template <typename T, typename Op, int M, typename Cfg>
+// How a slab scan's tiles reach shared memory: x's slab copied flat, in 16-byte vectors; or
+// gathered a position's columns at a time (contiguous in x and aligned to their bytes), or an
+// element at a time.
+enum class SlabCopy { Flat, Positions, Elements };
+
+template <typename T, typename Op, int M, SlabCopy COPY, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks)))
     scan_slab_kernel(ScanArgsFor<T, Op> a, typename Cfg::template State<scan_acc_t<T>> st, int64_t tiles_per_slab) {
   constexpr int V = vec16<T>(), NV = Cfg::kVecs;
@@ -66,13 +75,25 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   const int run = (warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
   const int64_t tiles = a.view.outer * tiles_per_slab;
   using Row = ScanRow<T, V, mask_t<Op>>;
+  constexpr bool GATHER = COPY != SlabCopy::Flat;
+  constexpr int G = COPY == SlabCopy::Positions ? M : 1;  // elements a gathering copy takes
   // Tickets go round the slabs: ticket t is tile t / outer of slab t % outer, so that the
   // tiles in flight spread over every slab's chain rather than queue on one (look-back
   // entries are by ticket).
   auto slab_index = [&](int64_t t) { return t % a.view.outer; };
   auto in_slab = [&](int64_t t) { return t / a.view.outer; };
   auto ticket_of = [&](int64_t t, int64_t j) { return j * a.view.outer + slab_index(t); };  // t's slab's tile j
-  auto slab_of = [&](int64_t tile) { return Row::of(a, slab_index(tile), a.view.length * a.view.inner); };
+  auto slab_of = [&](int64_t tile) {
+    Row r = Row::of(a, slab_index(tile), a.view.length * a.view.inner);
+    if constexpr (GATHER) r.s = RowSplit{0, r.n / V, 0};  // y's vectors (x's address tells nothing)
+    return r;
+  };
+  // GATHER: vector j's element i, as an offset from its slab's start in x (and the mask).
+  const int shift = __ffs(columns) - 1;
+  auto element_at = [&](const Row& r, int64_t j, int i) {
+    const int64_t e = r.vec_start(j);
+    return ((e >> shift) + i / M) * a.view.x_sl + ((e & (columns - 1)) + i % M) * a.view.x_si;
+  };
   auto slot = [&](int b, int64_t j) { return reinterpret_cast<VT*>(&slots[b * VECS + j]); };
   auto mine = [&](int k) { return (run * NV + k) * cvs + cv; };  // this thread's k-th vector of its run
   // Tile-local indices are ints: a tile has kTileVecs vectors (64-bit ones cost a third of
@@ -87,8 +108,15 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   // beside each copy. Masked cumsums, us, after / beside: bf16 (1024, 4096, 2) 28.1 / 33.1,
   // (1, 4194304, 2) 31.5 / 32.8, (64, 8192, 16) 39.6 / 37.5, (8, 16384, 64) 44.3 / 41.9; fp32
   // alike, and with 4 slots (fp32 with a bool mask, sm_90) the staged masks spilled after.
+  // GATHER: unmasked ops copy G elements at a time where that is 4 bytes or more (what
+  // cp.async takes), each copy to its place in its vector's slot, waited for as vectors are.
+  // The others load a vector's elements one by one, mask them and store the vector into its
+  // slot, so their wait is here, not in take_in: held in registers until take_in, or a
+  // tile's (or two vectors') loads issued before any store, they spilled 12-1024 bytes
+  // (sm_90); so did fp32's copies with a bool mask's elements staged (12 bytes).
+  constexpr bool kCopied = !GATHER || (G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
   constexpr bool kMasksAfterCopies = M == 2;
-  typename Row::Mask staged[NV];
+  typename Row::Mask staged[kCopied ? NV : 1];
   auto stage = [&](int64_t tile, int b) {
     if (tile >= tiles) return;
     const Row r = slab_of(tile);
@@ -97,10 +125,24 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (k * DATA + d < n) {
-        cp_async16(slot(b, k * DATA + d), r.vec_ptr(first + k * DATA + d));
-        if constexpr (kMasked<Op> && !kMasksAfterCopies) staged[k] = r.mask_of(first + k * DATA + d);
+        const int64_t j = first + k * DATA + d;
+        VT* s = slot(b, k * DATA + d);
+        const auto at = [&](int i) { return element_at(r, j, i); };
+        if constexpr (!GATHER) {
+          cp_async16(s, r.vec_ptr(j));
+          if constexpr (kMasked<Op> && !kMasksAfterCopies) staged[k] = r.mask_of(j);
+        } else if constexpr (kCopied) {
+#pragma unroll
+          for (int i = 0; i < V; i += G) cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
+        } else {
+          VT v;
+#pragma unroll
+          for (int i = 0; i < V; ++i) v.v[i] = r.x[at(i)];
+          if constexpr (kMasked<Op>) v = masked_vec(v, Row::Mask::gather(r.m, at).values());
+          *s = v;
+        }
       }
-    if constexpr (kMasked<Op> && kMasksAfterCopies) {
+    if constexpr (!GATHER && kMasked<Op> && kMasksAfterCopies) {
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (k * DATA + d < n) staged[k] = r.mask_of(first + k * DATA + d);
@@ -114,14 +156,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     const Row r = slab_of(tile);
     const int64_t c_idx = in_slab(tile), first = c_idx * VECS;
     const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
-    cp_async_wait_all();  // only this tile's copies are in flight
-    if constexpr (kMasked<Op>) {  // x times its mask, in place, by the thread that copied it
+    if constexpr (kCopied) {  // else the tile is in its slots, masked
+      cp_async_wait_all();  // only this tile's copies are in flight
+      if constexpr (kMasked<Op>) {  // x times its mask, in place, by the thread that copied it
 #pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (k * DATA + d < n) {
-          VT* s = slot(b, k * DATA + d);
-          *s = masked_vec(*s, staged[k].values());
-        }
+        for (int k = 0; k < NV; ++k)
+          if (k * DATA + d < n) {
+            VT* s = slot(b, k * DATA + d);
+            *s = masked_vec(*s, staged[k].values());
+          }
+      }
     }
     mbarrier_arrive(&s_landed);
     mbarrier_wait(&s_landed, phase);
