@@ -154,7 +154,8 @@ STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 20
 # a warp (SHORT_SLAB_SHAPES), the others with a block; ODD_SLAB_SHAPES: single elements where
 # the columns are neither a multiple of a vector nor a power of two below it, or the slabs
 # hold no whole vectors, and vectors of a position not dividing a block (24, 96, 100 and 6
-# columns); the scans' strided kernel.
+# columns; the scans pad them to a power of two, (3, 5001, 3) bf16's last vector half past
+# the slab).
 SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1, 70000, 8), torch.float32),
                ((2, 1000, 16), torch.float32), ((3, 333, 32), torch.float32), ((2, 100, 64), torch.float32),
                ((2, 50, 128), torch.float32), ((5, 4000, 2), torch.bfloat16), ((4, 4000, 4), torch.float16),
@@ -165,7 +166,7 @@ SHORT_SLAB_SHAPES = [((5, 100, 2), torch.float32), ((3, 64, 4), torch.bfloat16),
 ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat16), ((3, 700, 12), torch.float16),
                    ((600, 20, 3), torch.float32), ((2, 40, 100), torch.float64), ((2, 1001, 2), torch.float32),
                    ((2, 30000, 96), torch.float32), ((2, 5000, 24), torch.bfloat16), ((1, 50000, 100), torch.float32),
-                   ((3, 3000, 6), torch.float64)]
+                   ((3, 3000, 6), torch.float64), ((3, 5001, 3), torch.bfloat16)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
 # Past 128 columns with too few (outer, 32 columns) units for the GPU, the reduce-scale slab
@@ -449,6 +450,9 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             for name, base, view in _column_variants(shape, 1)[:2]:
                 out.append(Case(f"{op} {shape} dim=1 {name} {_label(kwargs)}", op,
                                 maker(base, torch.float32, dist, view=view), 1, kwargs))
+        # Padded slabs (3 columns as 4) whose last vector is half past the slab's end.
+        out.append(Case(f"{op} (3, 5001, 3) dim=1 bf16 {_label(kwargs)}", op, maker((3, 5001, 3), torch.bfloat16, dist),
+                        1, kwargs))
     if spec.takes("mask"):  # a broadcast mask (copied into x's layout), a mask of x's dtype on every kernel
         out.append(Case(f"{op} broadcast mask (5, 33, 8) dim=1", op, maker((5, 33, 8), torch.float32, dist), 1,
                         mask_dims=(0, 2)))
@@ -527,6 +531,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         out.append(Case(f"{op} >2**31 slabs apart (5, 2**26+1, 8)[..., :4]", op,
                         maker((5, (1 << 26) + 1, 8), torch.float32, long_dist, view=lambda x: x[..., :4]), 1,
                         sample=(0, 0)))
+        out.append(Case(f"{op} >2**31 slabs of 3 columns (6, 2**27+1, 3)", op,
+                        maker((6, (1 << 27) + 1, 3), torch.float32, long_dist), 1, sample=(0, 0)))
     return out
 
 

@@ -63,40 +63,51 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgsFor<T, Op>& a, int sms)
   return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
 }
 
-// A slab scan's plan: tiles a slab (0 where the strided kernel takes the view), and how x's
-// slab reaches shared memory.
+// A slab scan's plan: tiles a slab (0 where the strided kernel takes the view), the columns
+// of its tiles' layout, and how x's slab reaches shared memory.
 struct ScanSlabPlan {
-  int64_t tiles_per_slab = 0;
+  int64_t tiles_per_slab = 0, columns = 0;
   SlabCopy copy = SlabCopy::Flat;
 };
 
-// The slab kernel takes inner a power of two of at most ScanSlab::kMaxColumns columns and 32
-// vectors a position, y's (length, inner) block of each outer contiguous, 16-byte aligned
-// and of whole vectors (x's too, or x is gathered: a position's columns at a time where they
-// are contiguous and aligned, unmasked), and at least half a tile (shorter slabs
-// would each pay a tile's ticket, barriers and look-back); and either fewer columns than a
-// vector holds (the strided kernel's scalar loads) or too few units for the strided kernel
-// to fill the GPU without clusters (their blocks walk the whole dim: 256 slabs of 8 columns
-// ran 0.031 ms strided, 0.040 as slabs).
+// The slab kernel takes inner of at most ScanSlab::kMaxColumns columns, and at least half a
+// tile a slab (shorter slabs would each pay a tile's ticket, barriers and look-back); and
+// either fewer columns than a vector holds (the strided kernel's scalar loads) or too few
+// units for the strided kernel to fill the GPU without clusters (their blocks walk the whole
+// dim: 256 slabs of 8 columns ran 0.031 ms strided, 0.040 as slabs). Inner a power of two
+// with 32 vectors a position or fewer: y's (length, inner) block of each outer contiguous,
+// 16-byte aligned and of whole vectors; x's alike (Flat), or gathered, a position's columns a
+// copy where contiguous and aligned (Positions, unmasked), else an element a copy. Other
+// inner: padded to a power of two (Padded), any strides, where the strided kernel's units
+// times its largest cluster are fewer than the SMs or the dim is long (tuning.cuh).
 template <typename T, typename Op>
 inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>();
   const View& v = a.view;
   const int64_t k = v.inner;
-  if (k < 2 || k > ScanSlab::kMaxColumns || (k & (k - 1)) != 0 || k / ScanSlab::slots(k, V) > 32) return {};
+  if (k < 2 || k > ScanSlab::kMaxColumns) return {};
+  if (k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return {};
+  int64_t columns = 1;
+  while (columns < k) columns *= 2;
+  if (columns / ScanSlab::slots(columns, V) > 32) return {};
+  const int64_t nvec = ceil_div(v.length * columns, V);
+  if (2 * nvec < ScanSlab::kTileVecs) return {};
+  const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
+  if (columns != k) {  // padded, where the strided kernel's clusters cannot fill the GPU or walk long columns
+    const bool vec = v.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V);
+    const int64_t units = v.outer * (vec ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
+    if (units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
+    return {tiles_per_slab, columns, SlabCopy::Padded};
+  }
   const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {
     return si == 1 && sl == k && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
   };
   if (!slab(a.y, v.y_so, v.y_sl, v.y_si) || (v.length * k) % V != 0) return {};
-  if (k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return {};
-  const int64_t nvec = v.length * k / V;
-  if (2 * nvec < ScanSlab::kTileVecs) return {};
-  const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
-  if (slab(a.x, v.x_so, v.x_sl, v.x_si) && mask_vectors<T, Op>(a, V)) return {tiles_per_slab, SlabCopy::Flat};
+  if (slab(a.x, v.x_so, v.x_sl, v.x_si) && mask_vectors<T, Op>(a, V)) return {tiles_per_slab, k, SlabCopy::Flat};
   const int64_t m = ScanSlab::slots(k, V);  // a gathered copy's elements: a vector's columns of one position
   const bool positions = !kMasked<Op> && v.x_si == 1 && reinterpret_cast<uintptr_t>(a.x) % (m * sizeof(T)) == 0 &&
                          v.x_sl % m == 0 && (v.outer == 1 || v.x_so % m == 0);
-  return {tiles_per_slab, positions ? SlabCopy::Positions : SlabCopy::Elements};
+  return {tiles_per_slab, k, positions ? SlabCopy::Positions : SlabCopy::Elements};
 }
 
 template <typename T, typename Op, int M, SlabCopy COPY>
@@ -110,9 +121,9 @@ inline cudaError_t launch_scan_slabs(const ScanArgsFor<T, Op>& a, const ScanSlab
 
 template <typename T, typename Op, SlabCopy COPY>
 inline cudaError_t launch_scan_slabs(const ScanArgsFor<T, Op>& a, const ScanSlab::State<scan_acc_t<T>>& st,
-                                     int64_t tiles_per_slab, cudaStream_t stream) {
+                                     int64_t columns, int64_t tiles_per_slab, cudaStream_t stream) {
   constexpr int V = vec16<T>();
-  const int64_t slots = ScanSlab::slots(a.view.inner, V);  // 2, 4 or 8, at most V
+  const int64_t slots = ScanSlab::slots(columns, V);  // 2, 4 or 8, at most V
   if (slots == 2) return launch_scan_slabs<T, Op, 2, COPY>(a, st, tiles_per_slab, stream);
   if constexpr (V >= 4)
     if (slots == 4) return launch_scan_slabs<T, Op, 4, COPY>(a, st, tiles_per_slab, stream);
@@ -166,14 +177,17 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
     using SlabState = ScanSlab::State<scan_acc_t<T>>;
     const int64_t tiles = a.view.outer * plan.tiles_per_slab;
     void* workspace = nullptr;
-    err = lookback_workspace(alloc, tiles, SlabState::bytes(tiles, a.view.inner), stream, &workspace);
+    err = lookback_workspace(alloc, tiles, SlabState::bytes(tiles, plan.columns), stream, &workspace);
     if (err != cudaSuccess) return err;
-    const SlabState st = SlabState::in(workspace, a.view.inner);
-    if (plan.copy == SlabCopy::Flat) return launch_scan_slabs<T, Op, SlabCopy::Flat>(a, st, plan.tiles_per_slab, stream);
+    const SlabState st = SlabState::in(workspace, plan.columns);
+    const auto launch = [&](auto copy) {
+      return launch_scan_slabs<T, Op, decltype(copy)::value>(a, st, plan.columns, plan.tiles_per_slab, stream);
+    };
+    if (plan.copy == SlabCopy::Flat) return launch(std::integral_constant<SlabCopy, SlabCopy::Flat>{});
+    if (plan.copy == SlabCopy::Padded) return launch(std::integral_constant<SlabCopy, SlabCopy::Padded>{});
     if constexpr (!kMasked<Op>)  // masked gathers load element by element (slab.cuh)
-      if (plan.copy == SlabCopy::Positions)
-        return launch_scan_slabs<T, Op, SlabCopy::Positions>(a, st, plan.tiles_per_slab, stream);
-    return launch_scan_slabs<T, Op, SlabCopy::Elements>(a, st, plan.tiles_per_slab, stream);
+      if (plan.copy == SlabCopy::Positions) return launch(std::integral_constant<SlabCopy, SlabCopy::Positions>{});
+    return launch(std::integral_constant<SlabCopy, SlabCopy::Elements>{});
   }
   if (a.view.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V))
     return launch_scan_strided<T, Op, ScanStridedVec, V>(a, d, stream);

@@ -101,15 +101,6 @@ template <typename M, int N> struct LoadedMask {
                std::conditional_t<sizeof(Values) == 8, uint64_t, Values>>>>;
   Held held;
   static __device__ __forceinline__ LoadedMask load(const M* m) { return {*reinterpret_cast<const Held*>(m)}; }
-  // Element i from m[at(i)]: a mask laid out as a gathered x (slab.cuh).
-  template <typename At> static __device__ __forceinline__ LoadedMask gather(const M* m, At at) {
-    Values v;
-#pragma unroll
-    for (int i = 0; i < N; ++i) v.v[i] = m[at(i)];
-    LoadedMask l;
-    memcpy(&l.held, &v, sizeof v);
-    return l;
-  }
   __device__ __forceinline__ Values values() const {
     Values v;
     memcpy(&v, &held, sizeof v);

@@ -9,7 +9,8 @@
 // A tile is copied flat, whole 16-byte vectors and whole lines, into shared memory, or,
 // where x's slab is not contiguous (x[..., :k] of a wider tensor, every other column, an
 // unaligned start) but y's is, gathered into it a position's columns or an element at a
-// time (SlabCopy). There
+// time; inner columns not a power of two are padded to one, each element loaded and
+// stored where it lies (SlabCopy). There
 // each data thread takes a run of NV consecutive positions of one column vector, lane =
 // run * CV + cv with CV the vectors a position spans (1 where a vector holds V / inner
 // positions): a warp's runs are joined by shuffles over lanes CV apart, its warps through
@@ -49,8 +50,10 @@ template <int BLOCK, int NV, int MINB, int64_t ENTRY, int MAXC> struct ScanSlabC
 
 // How a slab scan's tiles reach shared memory: x's slab copied flat, in 16-byte vectors; or
 // gathered a position's columns at a time (contiguous in x and aligned to their bytes), or an
-// element at a time.
-enum class SlabCopy { Flat, Positions, Elements };
+// element at a time; or, Padded, the columns padded to a power of two (the padding, and the
+// positions past the last in its last vector, hold the identity and are never stored), x
+// loaded and y stored an element at a time at their strides.
+enum class SlabCopy { Flat, Positions, Elements, Padded };
 
 template <typename T, typename Op, int M, SlabCopy COPY, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks)))
@@ -70,7 +73,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   __shared__ uint64_t s_landed, s_joined, s_scanned;
   extern __shared__ uint4 slots[];  // buffer b's vector j of its tile at [b * VECS + j]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
-  const int columns = static_cast<int>(a.view.inner);
+  constexpr bool PADDED = COPY == SlabCopy::Padded;
+  const int inner = static_cast<int>(a.view.inner);
+  // The tile layout's columns (inner's, padded to a power of two).
+  const int64_t layout_columns = PADDED ? int64_t(1) << (32 - __clz(inner - 1)) : a.view.inner;
+  const int columns = static_cast<int>(layout_columns);
   const int cvs = columns / M, cv = lane % cvs;
   const int run = (warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
   const int64_t tiles = a.view.outer * tiles_per_slab;
@@ -84,15 +91,20 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   auto in_slab = [&](int64_t t) { return t / a.view.outer; };
   auto ticket_of = [&](int64_t t, int64_t j) { return j * a.view.outer + slab_index(t); };  // t's slab's tile j
   auto slab_of = [&](int64_t tile) {
-    Row r = Row::of(a, slab_index(tile), a.view.length * a.view.inner);
-    if constexpr (GATHER) r.s = RowSplit{0, r.n / V, 0};  // y's vectors (x's address tells nothing)
+    Row r = Row::of(a, slab_index(tile), a.view.length * layout_columns);
+    if constexpr (GATHER) r.s = RowSplit{0, ceil_div(r.n, V), 0};  // y's vectors (x's address tells nothing)
     return r;
   };
-  // GATHER: vector j's element i, as an offset from its slab's start in x (and the mask).
+  // GATHER: vector j's element i, as an offset from its slab's start in x (and the mask), or
+  // with y's strides in y; and whether it is padding.
   const int shift = __ffs(columns) - 1;
-  auto element_at = [&](const Row& r, int64_t j, int i) {
-    const int64_t e = r.vec_start(j);
-    return ((e >> shift) + i / M) * a.view.x_sl + ((e & (columns - 1)) + i % M) * a.view.x_si;
+  auto position_of = [&](const Row& r, int64_t j, int i) { return (r.vec_start(j) >> shift) + i / M; };
+  auto column_of = [&](const Row& r, int64_t j, int i) { return static_cast<int>(r.vec_start(j) & (columns - 1)) + i % M; };
+  auto element_at = [&](const Row& r, int64_t j, int i, int64_t sl, int64_t si) {
+    return position_of(r, j, i) * sl + column_of(r, j, i) * si;
+  };
+  auto padding = [&](const Row& r, int64_t j, int i) {
+    return PADDED && (column_of(r, j, i) >= inner || position_of(r, j, i) >= a.view.length);
   };
   auto slot = [&](int b, int64_t j) { return reinterpret_cast<VT*>(&slots[b * VECS + j]); };
   auto mine = [&](int k) { return (run * NV + k) * cvs + cv; };  // this thread's k-th vector of its run
@@ -110,11 +122,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   // alike, and with 4 slots (fp32 with a bool mask, sm_90) the staged masks spilled after.
   // GATHER: unmasked ops copy G elements at a time where that is 4 bytes or more (what
   // cp.async takes), each copy to its place in its vector's slot, waited for as vectors are.
-  // The others load a vector's elements one by one, mask them and store the vector into its
+  // The others, and Padded, load a vector's elements one by one (the padding the identity),
+  // mask them and store the vector into its
   // slot, so their wait is here, not in take_in: held in registers until take_in, or a
   // tile's (or two vectors') loads issued before any store, they spilled 12-1024 bytes
   // (sm_90); so did fp32's copies with a bool mask's elements staged (12 bytes).
-  constexpr bool kCopied = !GATHER || (G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
+  constexpr bool kCopied = !GATHER || (!PADDED && G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
   constexpr bool kMasksAfterCopies = M == 2;
   typename Row::Mask staged[kCopied ? NV : 1];
   auto stage = [&](int64_t tile, int b) {
@@ -127,7 +140,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       if (k * DATA + d < n) {
         const int64_t j = first + k * DATA + d;
         VT* s = slot(b, k * DATA + d);
-        const auto at = [&](int i) { return element_at(r, j, i); };
+        const auto at = [&](int i) { return element_at(r, j, i, a.view.x_sl, a.view.x_si); };
         if constexpr (!GATHER) {
           cp_async16(s, r.vec_ptr(j));
           if constexpr (kMasked<Op> && !kMasksAfterCopies) staged[k] = r.mask_of(j);
@@ -137,8 +150,15 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
         } else {
           VT v;
 #pragma unroll
-          for (int i = 0; i < V; ++i) v.v[i] = r.x[at(i)];
-          if constexpr (kMasked<Op>) v = masked_vec(v, Row::Mask::gather(r.m, at).values());
+          for (int i = 0; i < V; ++i) {
+            if (padding(r, j, i)) {
+              v.v[i] = from_scan<T>(Op::template identity<A>());
+            } else if constexpr (kMasked<Op>) {
+              v.v[i] = masked(r.x[at(i)], r.m[at(i)]);
+            } else {
+              v.v[i] = r.x[at(i)];
+            }
+          }
           *s = v;
         }
       }
@@ -272,7 +292,17 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     scanned ^= 1;
 #pragma unroll
     for (int k = 0; k < NV; ++k)
-      if (k * DATA + d < n) store_vec<T, V>(r.y + r.vec_start(first + k * DATA + d), *slot(b, k * DATA + d));
+      if (k * DATA + d < n) {
+        const int64_t j = first + k * DATA + d;
+        if constexpr (PADDED) {
+          const VT out = *slot(b, k * DATA + d);
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            if (!padding(r, j, i)) r.y[element_at(r, j, i, a.view.y_sl, a.view.y_si)] = out.v[i];
+        } else {
+          store_vec<T, V>(r.y + r.vec_start(j), *slot(b, k * DATA + d));
+        }
+      }
   };
 
   if (threadIdx.x == 0) {

@@ -83,6 +83,14 @@ constexpr int kLookbackMaxRowsPerSm = 4;
 using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCAN_SLAB_MINB,
                                 NORMSCAN_LOOKBACK_ENTRY, 128>;
 
+// Columns not a power of two are padded slabs (slab.cuh's SlabCopy::Padded) where the
+// strided kernel's units times its largest cluster are fewer than the SMs, or the dim has
+// this many positions or more. cumsum, us, strided / padded (H100, 2026-11-27, fp32; bf16):
+// (1, 4194304, 3) 1090 / 94; 912 / 80; (8, 1048576, 5) 553 / 334; 501 / 254; (2, 2097152,
+// 12) 1121 / 360; 1969 / 345; (4, 1048576, 100) 6640 / 3969; 3938 / 2959; but (16, 32768,
+// 24) 88 / 98; 64 / 103 and (1024, 4096, 3) 103 / 95; 85 / 80 (torch.compile 72; 50).
+constexpr int64_t kScanPaddedMinLength = int64_t(1) << 18;
+
 // ---------------------------------------------------------------- strided (inner > 1)
 // 16-byte vectors of adjacent columns took cumprod dim 0 of 32768x32768 from 3.95 ms (72%
 // of copy) to 3.04 ms (93%).
