@@ -123,10 +123,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   // GATHER: unmasked ops copy G elements at a time where that is 4 bytes or more (what
   // cp.async takes), each copy to its place in its vector's slot, waited for as vectors are.
   // The others, and Padded, load a vector's elements one by one (the padding the identity),
-  // mask them and store the vector into its
-  // slot, so their wait is here, not in take_in: held in registers until take_in, or a
-  // tile's (or two vectors') loads issued before any store, they spilled 12-1024 bytes
-  // (sm_90); so did fp32's copies with a bool mask's elements staged (12 bytes).
+  // mask them and store the vector into its slot, so their wait is here, not in take_in:
+  // held in registers until take_in, or a tile's (or two vectors') loads issued before any
+  // store, they spilled 12-1024 bytes (sm_90); so did fp32's copies with a bool mask's
+  // elements staged (12 bytes).
   constexpr bool kCopied = !GATHER || (!PADDED && G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
   constexpr bool kMasksAfterCopies = M == 2;
   typename Row::Mask staged[kCopied ? NV : 1];
