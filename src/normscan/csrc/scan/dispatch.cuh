@@ -50,6 +50,13 @@ inline bool mask_vectors(const ScanArgsFor<T, Op>& a, int n) {
   }
 }
 
+// Whether the strided kernel takes this view in 16-byte vectors along inner (ScanStridedVec),
+// else an element at a time (ScanStrided).
+template <typename T, typename Op>
+inline bool strided_vectors(const ScanArgsFor<T, Op>& a) {
+  return a.view.inner_vectorizable(a.x, a.y, vec16<T>()) && mask_vectors<T, Op>(a, vec16<T>());
+}
+
 // Tiles of the look-back kernel for these rows, or 0 when one block per row is the better
 // plan: enough rows to fill the device, rows of one chunk, or too few elements.
 template <typename T, typename Op>
@@ -94,8 +101,8 @@ inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   if (2 * nvec < ScanSlab::kTileVecs) return {};
   const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
   if (columns != k) {  // padded, where the strided kernel's clusters cannot fill the GPU or walk long columns
-    const bool vec = v.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V);
-    const int64_t units = v.outer * (vec ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
+    const int64_t units =
+        v.outer * (strided_vectors<T, Op>(a) ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
     if (units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
     return {tiles_per_slab, columns, SlabCopy::Padded};
   }
@@ -189,7 +196,7 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
       if (plan.copy == SlabCopy::Positions) return launch(std::integral_constant<SlabCopy, SlabCopy::Positions>{});
     return launch(std::integral_constant<SlabCopy, SlabCopy::Elements>{});
   }
-  if (a.view.inner_vectorizable(a.x, a.y, V) && mask_vectors<T, Op>(a, V))
+  if (strided_vectors<T, Op>(a))
     return launch_scan_strided<T, Op, ScanStridedVec, V>(a, d, stream);
   return launch_scan_strided<T, Op, ScanStrided, 1>(a, d, stream);
 }
