@@ -142,7 +142,7 @@ LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 40
 # take several rounds of a cluster's tiles (its last round partly empty; a scan's 8 columns
 # go to its slab kernel, its 24 below to the clusters).
 STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 200, 9, 8), 1), ((2, 1000, 5, 7), 1),
-           ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 64, 33, 17), 1),
+           ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 1024, 4, 8), 1), ((2, 64, 33, 17), 1),
            ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 30001, 3), 1), ((3, 5, 7, 9), 0),
            ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
 # Slabs (csrc/scan/slab.cuh, csrc/reduce_scale/slab.cuh), every op over dim 1: 2 to 128
@@ -374,7 +374,7 @@ def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     for dtype in DTYPES:
         for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
             case(f"rows {shape} {_dt(dtype)}", shape, 1, dtype)
-        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:8]:
+        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:9]:
             case(f"{shape} dim {dim} last {_dt(dtype)}", shape, 1, dtype, view=lambda x, d=dim: x.movedim(d, -1))
     for shape, k in [((4, 6, 7), 2), ((2, 3, 4, 5), 3), ((3, 5), 2), ((2, 8, 33, 65), 2)]:
         case(f"{shape} last {k} dims", shape, k)
@@ -418,7 +418,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         if not quick:  # the longest rows one block holds: 4096 16-byte vectors
             shape = (3, 4096 * 16 // dtype.itemsize)
             out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
-        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:8]:
+        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:9]:
             out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
             # The same columns apart, stepped and wide, where the contiguous ones go to slabs.
             for name, base, view in _column_variants(shape, dim):

@@ -339,8 +339,10 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
     if (n <= StridedVecShort<T>::kHeld) return launch_strided<T, Op, StridedVecShort<T>>(a, stream);
     if (n <= StridedVecMedium<T>::kHeld) return launch_strided<T, Op, StridedVecMedium<T>>(a, stream);
     if (sm90 && n <= StridedVecTall<T>::kHeld) return launch_strided<T, Op, StridedVecTall<T>>(a, stream);
-    if (n <= StridedVecCluster<T, Op>::kHeld * max_cluster && (sm90 || !StridedVecCluster<T, Op>::kSm90Only))
-      return launch_strided_cluster<T, Op, StridedVecCluster<T, Op>>(a, stream);
+    if (sm90 && n <= StridedVecTaller<T>::kHeld) return launch_strided<T, Op, StridedVecTaller<T>>(a, stream);
+    if constexpr (sizeof(T) > 2) {
+      if (!sm90 && n <= StridedVecPreSm90<T>::kHeld) return launch_strided<T, Op, StridedVecPreSm90<T>>(a, stream);
+    }
   }
   if (n <= StridedFew<T, Op>::kHeld) return launch_strided<T, Op, StridedFew<T, Op>>(a, stream);
   if (n <= StridedShort<T>::kHeld) return launch_strided<T, Op, StridedShort<T>>(a, stream);

@@ -269,34 +269,27 @@ template <typename T> using StridedVecMedium = StridedConfig<NORMSCAN_STRIDED_VE
 // Columns up to 256 in one block of 16 x 16 threads (16 along them), no cluster: rms_norm
 // dim 1 of (16, 256, 128, 128), ms, H100 (2026-11-25), a cluster of two 32 x 8 blocks -> one
 // 16 x 16 block -> one 8 x 32: fp32 0.190 -> 0.180 -> 0.187, bf16 0.101 -> 0.095 -> 0.149.
-// sm_90 only: on sm_80 these kernels spilled 44-388 bytes.
-#ifndef NORMSCAN_STRIDED_TALL_BY  // threads along the reduced dim of the tall block
-#define NORMSCAN_STRIDED_TALL_BY 16
-#endif
-template <typename T>
-using StridedVecTall = StridedConfig<256 / NORMSCAN_STRIDED_TALL_BY, NORMSCAN_STRIDED_TALL_BY, 16, true, 1, vec16<T>(),
-                                     NORMSCAN_STRIDED_MINB, true>;
-// Longer columns over a cluster of up to 8 blocks, pushing column sums to each other
-// (pulling them cost (8, 1024, 64, 64) 10%). 16-bit types once took 4 x 16 (8 x 16 spilled
-// then); 8 x 16 halves their clusters: bf16 ms, H200 (2026-11-25), (16, 256, 128, 128) 0.100 ->
-// 0.082, (8, 1024, 64, 64) 0.072 -> 0.060 (1024 positions took the scalar kernel before: more
-// than 8 blocks of 4 x 16 hold); H100 against the sweep at 735e3c8, 0.079 -> 0.067. On sm_80
-// (one block, columns of 65-128) the 16-bit kernels spilled 52 bytes: sm_90 only there.
-// Blocks of 16 x 8 threads (128 columns of 16-bit types a tile, 64 of fp32; three blocks a SM
-// by their registers) against 32 x 8 (two): (8, 1024, 64, 64) ms, H100 (2026-11-26,
-// tools/tune.py, 3 rounds), bf16 0.066 -> 0.060, fp32 0.104 -> 0.101; 16 x 16 threads of 8
-// vectors 0.069 and 0.101 (three blocks a SM, MINB 3: 0.061 and 0.102, but every other strided
-// config slower). The same blocks for the other ops, us (probe of both builds, CUDA events, L2
-// flushed, median of 3 x 15), (8, 1024, 64, 64) and (4, 512, 128, 128): l2_normalize bf16 69.1
-// -> 64.4, 64.6 -> 61.1, fp32 107.1 -> 104.2, 106.8 -> 104.5; softmax bf16 94.9 -> 89.3, 83.5
-// -> 84.0, but fp32 122.7 -> 125.2, 122.8 -> 124.5 (two reductions a tile, and half the columns
-// a tile to pay for them): fp32 softmaxes keep 32 x 8.
-#ifndef NORMSCAN_STRIDED_CLUSTER_BX  // threads along inner of a cluster's block
-#define NORMSCAN_STRIDED_CLUSTER_BX 16
-#endif
-template <typename T, typename Op>
-using StridedVecCluster = StridedConfig<std::is_same<T, float>::value && Op::kMaxShifted ? 32 : NORMSCAN_STRIDED_CLUSTER_BX, 8, 16,
-                                        true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, sizeof(T) == 2, true>;
+// sm_90 only: on sm_80 these kernels spilled 44-388 bytes. Blocks of 8 x 32 threads of 8
+// vectors (three a SM) and 4 x 64 of 4 (four), H100 (2026-11-27, tools/tune.py, 3 rounds):
+// fp32 0.180 -> 0.184 / 0.192 (best rounds), bf16 0.090 -> 0.092 / 0.096.
+template <typename T> using StridedVecTall = StridedConfig<16, 16, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
+// Columns of 257-1024 in one block of 4 x 64 threads (a position's 64 bytes a tile; 64 KB of
+// x in flight, two blocks a SM), no cluster. Against clusters of up to 8 blocks of 16 x 8
+// threads (32 x 8 for fp32 softmaxes) pushing column sums to each other, H100 (2026-11-27):
+// rms_norm (8, 1024, 64, 64) bf16 0.060 -> 0.052 ms, fp32 0.100 -> 0.100 (tools/tune.py, 3
+// rounds, with the warp fold of strided.cuh; without it 0.055); us (probe of both builds,
+// CUDA events, L2 flushed, median of 3 x 15), (8, 1024, 64, 64) and (16, 512, 64, 64):
+// softmax bf16 88.4 -> 61.2, 83.2 -> 69.1, fp32 124.6 -> 105.6, 119.7 -> 103.4; log_softmax
+// bf16 86.3 -> 59.8, 80.8 -> 65.7; l2_normalize bf16 64.7 -> 56.4, 60.7 -> 54.9, fp32 104.9 ->
+// 104.6, 103.6 -> 100.4. Most likely what the clusters cost: their blocks wait for each
+// other at each tile's barrier (NOTES.md, "The channel RMSNorm's stores"). A position's 32
+// bytes a tile instead, 2 x 128 threads of 8 vectors (three blocks a SM) or 2 x 64 of 16
+// (four): (8, 1024, 64, 64) bf16 0.051 -> 0.059 / 0.061, fp32 0.100 -> 0.114 / 0.115.
+template <typename T> using StridedVecTaller = StridedConfig<4, 64, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
+// Columns of 65-128 where the tall blocks are not built (before sm_90): one block of 16 x 8
+// threads, 32- and 64-bit types (16-bit ones spilled 52 bytes on sm_80 and take the scalar
+// kernels there).
+template <typename T> using StridedVecPreSm90 = StridedConfig<16, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
 // Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
