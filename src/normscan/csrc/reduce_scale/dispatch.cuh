@@ -221,15 +221,13 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
   return aligned ? launch_reread<T, Op, V>(a, stream, alloc) : launch_reread<T, Op, 1>(a, stream, alloc);
 }
 
-// persistent (or clustered): a grid of resident blocks, each prefetching its next tile during
-// this one's reduction and stores; else a block a tile.
 template <typename T, typename Op, typename Cfg>
-inline cudaError_t launch_strided(const ArgsFor<T, Op>& a, cudaStream_t stream, int cluster = 1, bool persistent = false) {
+inline cudaError_t launch_strided(const ArgsFor<T, Op>& a, cudaStream_t stream, int cluster = 1) {
   const int64_t tiles = a.view.outer * ceil_div(a.view.inner, Cfg::kTile);
   // Clustered tiles hide their cross-block reduction behind the next tile's prefetch: a
   // grid of one cluster per tile (which prefetches nothing) ran 2-3% slower on
   // (8, 1024, 64, 64); unclustered, one block per tile ran 2% faster.
-  const Grid grid = cluster > 1 || persistent ? Grid::Persistent : Grid::PerUnit;
+  const Grid grid = cluster > 1 ? Grid::Persistent : Grid::PerUnit;
   return launch_units<reduce_scale_strided_kernel<T, Op, Cfg>>(grid, dim3(Cfg::kBx, Cfg::kBy), cluster, tiles,
                                                                Cfg::template smem_bytes<T>(), stream, a);
 }
@@ -341,7 +339,7 @@ inline cudaError_t launch_reduce_scale(const ArgsFor<T, Op>& a, cudaStream_t str
     if (n <= StridedVecShort<T>::kHeld) return launch_strided<T, Op, StridedVecShort<T>>(a, stream);
     if (n <= StridedVecMedium<T>::kHeld) return launch_strided<T, Op, StridedVecMedium<T>>(a, stream);
     if (sm90 && n <= StridedVecTall<T>::kHeld) return launch_strided<T, Op, StridedVecTall<T>>(a, stream);
-    if (sm90 && n <= StridedVecTaller<T>::kHeld) return launch_strided<T, Op, StridedVecTaller<T>>(a, stream, 1, sizeof(T) == 2);
+    if (sm90 && n <= StridedVecTaller<T>::kHeld) return launch_strided<T, Op, StridedVecTaller<T>>(a, stream);
     if constexpr (sizeof(T) > 2) {
       if (!sm90 && n <= StridedVecPreSm90<T>::kHeld) return launch_strided<T, Op, StridedVecPreSm90<T>>(a, stream);
     }

@@ -284,11 +284,7 @@ template <typename T> using StridedVecTall = StridedConfig<16, 16, 16, true, 1, 
 // 104.6, 103.6 -> 100.4. Most likely what the clusters cost: their blocks wait for each
 // other at each tile's barrier (NOTES.md, "The channel RMSNorm's stores"). A position's 32
 // bytes a tile instead, 2 x 128 threads of 8 vectors (three blocks a SM) or 2 x 64 of 16
-// (four): (8, 1024, 64, 64) bf16 0.051 -> 0.059 / 0.061, fp32 0.100 -> 0.114 / 0.115. A
-// persistent grid (the next tile prefetched during this one's stores): bf16 0.051 -> 0.048,
-// fp32 0.100 -> 0.105, so 16-bit types take it (dispatch.cuh). Values read from shared memory
-// at each use instead of held in registers too (74 registers, three blocks a SM): bf16 0.049,
-// fp32 0.100; with the persistent grid 0.052 and 0.105.
+// (four): (8, 1024, 64, 64) bf16 0.051 -> 0.059 / 0.061, fp32 0.100 -> 0.114 / 0.115.
 template <typename T> using StridedVecTaller = StridedConfig<4, 64, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
 // Columns of 65-128 where the tall blocks are not built (before sm_90): one block of 16 x 8
 // threads, 32- and 64-bit types (16-bit ones spilled 52 bytes on sm_80 and take the scalar
