@@ -86,7 +86,8 @@ struct ScanSlabPlan {
 // 16-byte aligned and of whole vectors; x's alike (Flat), or gathered, a position's columns a
 // copy where contiguous and aligned (Positions, unmasked), else an element a copy. Other
 // inner: padded to a power of two (Padded), any strides, where the strided kernel's units
-// times its largest cluster are fewer than the SMs or the dim is long (tuning.cuh).
+// times its largest cluster are fewer than the SMs, the dim is long, or the strided kernel
+// would read 4- or 8-byte scalars of an unmasked op (tuning.cuh).
 template <typename T, typename Op>
 inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>();
@@ -100,10 +101,11 @@ inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   const int64_t nvec = ceil_div(v.length * columns, V);
   if (2 * nvec < ScanSlab::kTileVecs) return {};
   const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
-  if (columns != k) {  // padded, where the strided kernel's clusters cannot fill the GPU or walk long columns
-    const int64_t units =
-        v.outer * (strided_vectors<T, Op>(a) ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
-    if (units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
+  if (columns != k) {  // padded: tuning.cuh says where
+    const bool vectors = strided_vectors<T, Op>(a);
+    const int64_t units = v.outer * (vectors ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
+    const bool copied = sizeof(T) >= 4 && !kMasked<Op>;  // the padded slab's x by cp.async (slab.cuh)
+    if ((vectors || !copied) && units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
     return {tiles_per_slab, columns, SlabCopy::Padded};
   }
   const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {

@@ -121,13 +121,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   // (1, 4194304, 2) 31.5 / 32.8, (64, 8192, 16) 39.6 / 37.5, (8, 16384, 64) 44.3 / 41.9; fp32
   // alike, and with 4 slots (fp32 with a bool mask, sm_90) the staged masks spilled after.
   // GATHER: unmasked ops copy G elements at a time where that is 4 bytes or more (what
-  // cp.async takes), each copy to its place in its vector's slot, waited for as vectors are.
-  // The others, and Padded, load a vector's elements one by one (the padding the identity),
+  // cp.async takes), each copy to its place in its vector's slot, waited for as vectors are;
+  // Padded ones store the identity into their padding (fp32 cumsum, us, loaded through
+  // registers / copied: (1, 4194304, 3) 92.8 / 84.7, (8, 1048576, 5) 333.1 / 310.8, (2,
+  // 2097152, 12) 359.6 / 347.5, (4, 1048576, 100) 3950 / 3766, H100). The others load a
+  // vector's elements one by one (the padding the identity),
   // mask them and store the vector into its slot, so their wait is here, not in take_in:
   // held in registers until take_in, or a tile's (or two vectors') loads issued before any
   // store, they spilled 12-1024 bytes (sm_90); so did fp32's copies with a bool mask's
   // elements staged (12 bytes).
-  constexpr bool kCopied = !GATHER || (!PADDED && G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
+  constexpr bool kCopied = !GATHER || (G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
   constexpr bool kMasksAfterCopies = M == 2;
   typename Row::Mask staged[kCopied ? NV : 1];
   auto stage = [&](int64_t tile, int b) {
@@ -146,7 +149,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
           if constexpr (kMasked<Op> && !kMasksAfterCopies) staged[k] = r.mask_of(j);
         } else if constexpr (kCopied) {
 #pragma unroll
-          for (int i = 0; i < V; i += G) cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
+          for (int i = 0; i < V; i += G) {
+            if (padding(r, j, i)) s->v[i] = from_scan<T>(Op::template identity<A>());
+            else cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
+          }
         } else {
           VT v;
 #pragma unroll
