@@ -306,6 +306,9 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         case(f"mean 1e3 {shape}", shape, 2, specials=lambda x: x.add_(1e3))
     case("mean 1e3 channels_last (2, 8, 33, 8)", (2, 8, 33, 8), 8, layout="channels_last",
          specials=lambda x: x.add_(1e3))
+    # 257-1024 positions a channel in 16-bit channels_last: the strided 4 x 64 block's grouped kernel.
+    case("channels_last (2, 16, 20, 20) bf16", (2, 16, 20, 20), 16, torch.bfloat16, layout="channels_last",
+         with_weight=True)
     case("zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_())
     case("eps=0 zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_(), kwargs={"eps": 0.0})
     case("inf/nan", (4, 6, 515), 3, specials=lambda x: _inf_nan(x.view(4, 6, 515)))
