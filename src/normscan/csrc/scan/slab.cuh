@@ -150,8 +150,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
         } else if constexpr (kCopied) {
 #pragma unroll
           for (int i = 0; i < V; i += G) {
-            if (padding(r, j, i)) s->v[i] = from_scan<T>(Op::template identity<A>());
-            else cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
+            if constexpr (PADDED) {  // a constant, so that the other copies' code is as it was
+              if (padding(r, j, i)) {
+                s->v[i] = from_scan<T>(Op::template identity<A>());
+                continue;
+              }
+            }
+            cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
           }
         } else {
           VT v;
