@@ -86,8 +86,8 @@ struct ScanSlabPlan {
 // 16-byte aligned and of whole vectors; x's alike (Flat), or gathered, a position's columns a
 // copy where contiguous and aligned (Positions, unmasked), else an element a copy. Other
 // inner: padded to a power of two (Padded), any strides, where the strided kernel's units
-// times its largest cluster are fewer than the SMs, the dim is long, or the strided kernel
-// would read 4- or 8-byte scalars of an unmasked op (tuning.cuh).
+// times its largest cluster are fewer than the SMs, the dim is long, or there are fewer columns
+// than a vector holds and the padded slab copies them by cp.async (tuning.cuh).
 template <typename T, typename Op>
 inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>();
@@ -102,10 +102,10 @@ inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   if (2 * nvec < ScanSlab::kTileVecs) return {};
   const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
   if (columns != k) {  // padded: tuning.cuh says where
-    const bool vectors = strided_vectors<T, Op>(a);
-    const int64_t units = v.outer * (vectors ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
-    const bool copied = sizeof(T) >= 4 && !kMasked<Op>;  // the padded slab's x by cp.async (slab.cuh)
-    if ((vectors || !copied) && units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
+    const int64_t units =
+        v.outer * (strided_vectors<T, Op>(a) ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
+    const bool copied_scalars = k < V && slab_copied<T, Op, 1, SlabCopy::Padded>();
+    if (!copied_scalars && units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
     return {tiles_per_slab, columns, SlabCopy::Padded};
   }
   const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {

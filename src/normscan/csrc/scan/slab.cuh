@@ -55,6 +55,13 @@ template <int BLOCK, int NV, int MINB, int64_t ENTRY, int MAXC> struct ScanSlabC
 // loaded and y stored an element at a time at their strides.
 enum class SlabCopy { Flat, Positions, Elements, Padded };
 
+// Whether a slab scan's x reaches shared memory by cp.async, in flight until take_in: flat
+// copies, and gathered ones of 4 bytes or more (what cp.async takes: a position's M columns,
+// else an element) of unmasked ops; the others load through registers.
+template <typename T, typename Op, int M, SlabCopy COPY> __host__ __device__ constexpr bool slab_copied() {
+  return COPY == SlabCopy::Flat || ((COPY == SlabCopy::Positions ? M : 1) * sizeof(T) >= 4 && !kMasked<Op>);
+}
+
 template <typename T, typename Op, int M, SlabCopy COPY, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMinBlocks)))
     scan_slab_kernel(ScanArgsFor<T, Op> a, typename Cfg::template State<scan_acc_t<T>> st, int64_t tiles_per_slab) {
@@ -130,7 +137,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   // held in registers until take_in, or a tile's (or two vectors') loads issued before any
   // store, they spilled 12-1024 bytes (sm_90); so did fp32's copies with a bool mask's
   // elements staged (12 bytes).
-  constexpr bool kCopied = !GATHER || (G * sizeof(T) >= 4 && !kMasked<Op>);  // in flight until take_in
+  constexpr bool kCopied = slab_copied<T, Op, M, COPY>();
   constexpr bool kMasksAfterCopies = M == 2;
   typename Row::Mask staged[kCopied ? NV : 1];
   auto stage = [&](int64_t tile, int b) {

@@ -90,11 +90,12 @@ using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCA
 // 12) 1121 / 360; 1969 / 345; (4, 1048576, 100) 6640 / 3969; 3938 / 2959; but (16, 32768,
 // 24) 88 / 98; 64 / 103 and (1024, 4096, 3) 103 / 95; 85 / 80 (torch.compile 72; 50).
 // Since the padded slabs copy 4- and 8-byte elements of unmasked ops by cp.async, also where
-// the strided kernel would read those as scalars: fp32, strided / padded, (1024, 4096, 3)
-// 102.2 / 83.2, (2048, 2048, 3) 97.4 / 84.3, (4096, 1024, 3) 96.9 / 83.0, 5-7 columns level
-// ((1024, 4096, 5) 123.0 / 123.2, (1024, 4096, 6) 130.5 / 128.6, (512, 4096, 7) 78.6 / 78.0);
-// not 16-bit or masked ones, loaded through registers: bf16 (1024, 4096, 6) 110.2 / 160.6,
-// (1024, 4096, 3) 85.3 / 80.5; masked fp32 (1024, 4096, 3) 108.8 / 107.9.
+// there are fewer columns than a vector holds (the strided kernel's scalars, most lanes
+// idle): fp32, strided / padded, (1024, 4096, 3) 102.2 / 83.2, (2048, 2048, 3) 97.4 / 84.3,
+// (4096, 1024, 3) 96.9 / 83.0; not 16-bit or masked ones, loaded through registers: bf16
+// (1024, 4096, 6) 110.2 / 160.6, (1024, 4096, 3) 85.3 / 80.5; masked fp32 (1024, 4096, 3)
+// 108.8 / 107.9. (Many outers of 5-7 fp32 columns, a vector or more, are strided: not timed
+// on the padded slabs.)
 constexpr int64_t kScanPaddedMinLength = int64_t(1) << 18;
 
 // ---------------------------------------------------------------- strided (inner > 1)
