@@ -155,7 +155,9 @@ STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 20
 # the columns are neither a multiple of a vector nor a power of two below it, or the slabs
 # hold no whole vectors, and vectors of a position not dividing a block (24, 96, 100 and 6
 # columns; the scans pad them to a power of two, (3, 5001, 3) bf16's last vector half past
-# the slab, (300, 2000, 3) fp32 where the strided scan kernel would read scalars).
+# the slab, (300, 2000, 3) fp32 where the strided scan kernel would read scalars; contiguous,
+# the scans copy them as they lie, (3, 5001, 5) fp32 and (5, 777, 7) fp64 slabs starting at
+# every place in their 16 bytes).
 SLAB_SHAPES = [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.float32), ((1, 70000, 8), torch.float32),
                ((2, 1000, 16), torch.float32), ((3, 333, 32), torch.float32), ((2, 100, 64), torch.float32),
                ((2, 50, 128), torch.float32), ((5, 4000, 2), torch.bfloat16), ((4, 4000, 4), torch.float16),
@@ -166,7 +168,8 @@ SHORT_SLAB_SHAPES = [((5, 100, 2), torch.float32), ((3, 64, 4), torch.bfloat16),
 ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat16), ((3, 700, 12), torch.float16),
                    ((600, 20, 3), torch.float32), ((2, 40, 100), torch.float64), ((2, 1001, 2), torch.float32),
                    ((2, 30000, 96), torch.float32), ((2, 5000, 24), torch.bfloat16), ((1, 50000, 100), torch.float32),
-                   ((3, 3000, 6), torch.float64), ((3, 5001, 3), torch.bfloat16), ((300, 2000, 3), torch.float32)]
+                   ((3, 3000, 6), torch.float64), ((3, 5001, 3), torch.bfloat16), ((300, 2000, 3), torch.float32),
+                   ((3, 5001, 5), torch.float32), ((5, 777, 7), torch.float64)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
 # Past 128 columns with too few (outer, 32 columns) units for the GPU, the reduce-scale slab

@@ -23,6 +23,12 @@ template <int N> __device__ __forceinline__ void cp_async_bytes(void* smem, cons
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(gmem), "n"(N) : "memory");
   }
 }
+// One element into shared memory: by cp.async where it takes the element (4 or 8 bytes),
+// else through a register (the thread waits for it here).
+template <typename T> __device__ __forceinline__ void copy_element(T* smem, const T* gmem) {
+  if constexpr (sizeof(T) >= 4) cp_async_bytes<sizeof(T)>(smem, gmem);
+  else *smem = *gmem;
+}
 // Commits this thread's copies issued so far and waits for all of them.
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");

@@ -85,22 +85,27 @@ struct ScanSlabPlan {
 // with 32 vectors a position or fewer: y's (length, inner) block of each outer contiguous,
 // 16-byte aligned and of whole vectors; x's alike (Flat), or gathered, a position's columns a
 // copy where contiguous and aligned (Positions, unmasked), else an element a copy. Other
-// inner: padded to a power of two (Padded), any strides, where the strided kernel's units
-// times its largest cluster are fewer than the SMs, the dim is long, or there are fewer columns
-// than a vector holds and the padded slab copies them by cp.async (tuning.cuh).
+// inner: padded to a power of two, in the layout only where x's and y's slabs are contiguous
+// and lie alike in their 16 bytes (Packed, unmasked, however many outers), else any strides
+// (Padded) where the strided kernel's units times its largest cluster are fewer than the SMs,
+// the dim is long, or there are fewer columns than a vector holds and the padded slab copies
+// them by cp.async (tuning.cuh).
 template <typename T, typename Op>
 inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>();
   const View& v = a.view;
   const int64_t k = v.inner;
   if (k < 2 || k > ScanSlab::kMaxColumns) return {};
-  if (k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return {};
   int64_t columns = 1;
   while (columns < k) columns *= 2;
+  const bool packed = columns != k && !kMasked<Op> && v.x_si == 1 && v.x_sl == k && v.y_si == 1 && v.y_sl == k &&
+                      v.rows_share_alignment(a.x, a.y);
+  if (!packed && k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return {};
   if (columns / ScanSlab::slots(columns, V) > 32) return {};
   const int64_t nvec = ceil_div(v.length * columns, V);
   if (2 * nvec < ScanSlab::kTileVecs) return {};
   const int64_t tiles_per_slab = ceil_div(nvec, ScanSlab::kTileVecs);
+  if (packed) return {tiles_per_slab, columns, SlabCopy::Packed};
   if (columns != k) {  // padded: tuning.cuh says where
     const int64_t units =
         v.outer * (strided_vectors<T, Op>(a) ? ScanStridedVec::units_inner(k, V) : ScanStrided::units_inner(k, 1));
@@ -194,8 +199,10 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
     };
     if (plan.copy == SlabCopy::Flat) return launch(std::integral_constant<SlabCopy, SlabCopy::Flat>{});
     if (plan.copy == SlabCopy::Padded) return launch(std::integral_constant<SlabCopy, SlabCopy::Padded>{});
-    if constexpr (!kMasked<Op>)  // masked gathers load element by element (slab.cuh)
+    if constexpr (!kMasked<Op>) {  // masked gathers load element by element (slab.cuh)
+      if (plan.copy == SlabCopy::Packed) return launch(std::integral_constant<SlabCopy, SlabCopy::Packed>{});
       if (plan.copy == SlabCopy::Positions) return launch(std::integral_constant<SlabCopy, SlabCopy::Positions>{});
+    }
     return launch(std::integral_constant<SlabCopy, SlabCopy::Elements>{});
   }
   if (strided_vectors<T, Op>(a))

@@ -10,7 +10,8 @@
 // where x's slab is not contiguous (x[..., :k] of a wider tensor, every other column, an
 // unaligned start) but y's is, gathered into it a position's columns or an element at a
 // time; inner columns not a power of two are padded to one, each element loaded and
-// stored where it lies (SlabCopy). There
+// stored where it lies, or, where x's and y's slabs are contiguous, copied and stored as
+// they lie and read through the padded layout (SlabCopy). There
 // each data thread takes a run of NV consecutive positions of one column vector, lane =
 // run * CV + cv with CV the vectors a position spans (1 where a vector holds V / inner
 // positions): a warp's runs are joined by shuffles over lanes CV apart, its warps through
@@ -52,14 +53,19 @@ template <int BLOCK, int NV, int MINB, int64_t ENTRY, int MAXC> struct ScanSlabC
 // gathered a position's columns at a time (contiguous in x and aligned to their bytes), or an
 // element at a time; or, Padded, the columns padded to a power of two (the padding, and the
 // positions past the last in its last vector, hold the identity and are never stored), x
-// loaded and y stored an element at a time at their strides.
-enum class SlabCopy { Flat, Positions, Elements, Padded };
+// loaded and y stored an element at a time at their strides; or, Packed (unmasked, x's and
+// y's slabs contiguous and alike in their 16-byte alignment), the columns padded in the
+// layout only: the tile's elements copied as they lie in 16-byte vectors (the partly
+// covered first and last an element at a time), each padded vector read from and written
+// back to them, and stored as they lie.
+enum class SlabCopy { Flat, Positions, Elements, Padded, Packed };
 
 // Whether a slab scan's x reaches shared memory by cp.async, in flight until take_in: flat
-// copies, and gathered ones of 4 bytes or more (what cp.async takes: a position's M columns,
-// else an element) of unmasked ops; the others load through registers.
+// and packed copies, and gathered ones of 4 bytes or more (what cp.async takes: a position's
+// M columns, else an element) of unmasked ops; the others load through registers.
 template <typename T, typename Op, int M, SlabCopy COPY> __host__ __device__ constexpr bool slab_copied() {
-  return COPY == SlabCopy::Flat || ((COPY == SlabCopy::Positions ? M : 1) * sizeof(T) >= 4 && !kMasked<Op>);
+  return COPY == SlabCopy::Flat || COPY == SlabCopy::Packed ||
+         ((COPY == SlabCopy::Positions ? M : 1) * sizeof(T) >= 4 && !kMasked<Op>);
 }
 
 template <typename T, typename Op, int M, SlabCopy COPY, typename Cfg>
@@ -80,10 +86,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   __shared__ uint64_t s_landed, s_joined, s_scanned;
   extern __shared__ uint4 slots[];  // buffer b's vector j of its tile at [b * VECS + j]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = threadIdx.x - 32;
-  constexpr bool PADDED = COPY == SlabCopy::Padded;
+  constexpr bool PADDED = COPY == SlabCopy::Padded, PACKED = COPY == SlabCopy::Packed;
+  static_assert(!PACKED || !kMasked<Op>, "packed slabs are unmasked");
   const int inner = static_cast<int>(a.view.inner);
   // The tile layout's columns (inner's, padded to a power of two).
-  const int64_t layout_columns = PADDED ? int64_t(1) << (32 - __clz(inner - 1)) : a.view.inner;
+  const int64_t layout_columns = PADDED || PACKED ? int64_t(1) << (32 - __clz(inner - 1)) : a.view.inner;
   const int columns = static_cast<int>(layout_columns);
   const int cvs = columns / M, cv = lane % cvs;
   const int run = (warp - 1) * (32 / cvs) + lane / cvs;  // data warps'
@@ -114,11 +121,50 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     return PADDED && (column_of(r, j, i) >= inner || position_of(r, j, i) >= a.view.length);
   };
   auto slot = [&](int b, int64_t j) { return reinterpret_cast<VT*>(&slots[b * VECS + j]); };
+  // PACKED: a tile of n padded vectors from `first` in scan order holds `positions` positions
+  // from p0; its elements, from x's slab's element p0 * inner on, lie in buffer b from element
+  // `head` on, as they lie in x: the buffer starts at the 16-byte vector that holds the first.
+  // (y's slab lies as x's in its 16 bytes: the dispatcher's condition.)
+  struct PackedTile {
+    const T* x;  // the buffer's first element in x, and in y
+    T* y;
+    int head, end, positions, vecs;  // the tile's first element and its end in the buffer
+  };
+  auto packed_tile = [&](const Row& r, int64_t first, int n) {
+    if constexpr (PACKED) {
+      const int64_t v0 = r.reverse ? r.s.nvec - first - n : first;  // in x's order
+      const int64_t p0 = (v0 * V) >> shift;
+      const int positions = static_cast<int>(min64(a.view.length, ((v0 + n) * V) >> shift) - p0);
+      const int head = static_cast<int>(reinterpret_cast<uintptr_t>(r.x + p0 * inner) % 16 / sizeof(T));
+      return PackedTile{r.x + p0 * inner - head, r.y + p0 * inner - head, head, head + positions * inner, positions, n};
+    } else {
+      return PackedTile{};
+    }
+  };
+  // Where element i (in x's order) of the tile's padded vector j (in scan order) lies in the
+  // buffer, -1 for padding: the vector's first position and column, then i's place among its
+  // V / M positions of M columns (constants, i being one).
+  auto packed_at = [&](const PackedTile& pt, auto reverse, int j, int i) {
+    const int e = (decltype(reverse)::value ? pt.vecs - 1 - j : j) * V;
+    const int p0 = e >> shift, c0 = e & (columns - 1);
+    const bool padding = c0 + i % M >= inner || p0 + i / M >= pt.positions;
+    return padding ? -1 : pt.head + p0 * inner + c0 + (i / M) * inner + i % M;
+  };
+  auto element = [&](int b, int at) -> T& { return reinterpret_cast<T*>(&slots[b * VECS])[at]; };
   auto mine = [&](int k) { return (run * NV + k) * cvs + cv; };  // this thread's k-th vector of its run
   // Tile-local indices are ints: a tile has kTileVecs vectors (64-bit ones cost a third of
   // the scan loop's instructions).
-  auto held = [&](auto reverse, int b, int j) {  // in scan order
-    VT v = *slot(b, j);
+  auto held = [&](auto reverse, const PackedTile& pt, int b, int j) {  // in scan order
+    VT v;
+    if constexpr (PACKED) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const int at = packed_at(pt, reverse, j, i);
+        v.v[i] = at >= 0 ? element(b, at) : from_scan<T>(Op::template identity<A>());
+      }
+    } else {
+      v = *slot(b, j);
+    }
     if constexpr (decltype(reverse)::value) Row::flip(&v);
     return v;
   };
@@ -145,45 +191,61 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     const Row r = slab_of(tile);
     const int64_t first = in_slab(tile) * VECS;
     const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
+    if constexpr (PACKED) {  // whole vectors by cp.async, the first and last an element at a time
+      const PackedTile pt = packed_tile(r, first, n);
 #pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (k * DATA + d < n) {
-        const int64_t j = first + k * DATA + d;
-        VT* s = slot(b, k * DATA + d);
-        const auto at = [&](int i) { return element_at(r, j, i, a.view.x_sl, a.view.x_si); };
-        if constexpr (!GATHER) {
-          cp_async16(s, r.vec_ptr(j));
-          if constexpr (kMasked<Op> && !kMasksAfterCopies) staged[k] = r.mask_of(j);
-        } else if constexpr (kCopied) {
-#pragma unroll
-          for (int i = 0; i < V; i += G) {
-            if constexpr (PADDED) {  // a constant, so that the other copies' code is as it was
-              if (padding(r, j, i)) {
-                s->v[i] = from_scan<T>(Op::template identity<A>());
-                continue;
-              }
-            }
-            cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
-          }
-        } else {
-          VT v;
-#pragma unroll
-          for (int i = 0; i < V; ++i) {
-            if (padding(r, j, i)) {
-              v.v[i] = from_scan<T>(Op::template identity<A>());
-            } else if constexpr (kMasked<Op>) {
-              v.v[i] = masked(r.x[at(i)], r.m[at(i)]);
-            } else {
-              v.v[i] = r.x[at(i)];
-            }
-          }
-          *s = v;
+      for (int k = 0; k < NV; ++k) {
+        const int j = k * DATA + d, e0 = j * V;
+        if (e0 >= pt.end) continue;
+        if (e0 >= pt.head && e0 + V <= pt.end) {
+          cp_async16(slot(b, j), pt.x + e0);
+          continue;
         }
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          if (e0 + i >= pt.head && e0 + i < pt.end) copy_element(&element(b, e0 + i), pt.x + e0 + i);
       }
-    if constexpr (!GATHER && kMasked<Op> && kMasksAfterCopies) {
+    } else {
 #pragma unroll
       for (int k = 0; k < NV; ++k)
-        if (k * DATA + d < n) staged[k] = r.mask_of(first + k * DATA + d);
+        if (k * DATA + d < n) {
+          const int64_t j = first + k * DATA + d;
+          VT* s = slot(b, k * DATA + d);
+          const auto at = [&](int i) { return element_at(r, j, i, a.view.x_sl, a.view.x_si); };
+          if constexpr (!GATHER) {
+            cp_async16(s, r.vec_ptr(j));
+            if constexpr (kMasked<Op> && !kMasksAfterCopies) staged[k] = r.mask_of(j);
+          } else if constexpr (kCopied) {
+#pragma unroll
+            for (int i = 0; i < V; i += G) {
+              if constexpr (PADDED) {  // a constant, so that the other copies' code is as it was
+                if (padding(r, j, i)) {
+                  s->v[i] = from_scan<T>(Op::template identity<A>());
+                  continue;
+                }
+              }
+              cp_async_bytes<G * sizeof(T)>(&s->v[i], r.x + at(i));
+            }
+          } else {
+            VT v;
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+              if (padding(r, j, i)) {
+                v.v[i] = from_scan<T>(Op::template identity<A>());
+              } else if constexpr (kMasked<Op>) {
+                v.v[i] = masked(r.x[at(i)], r.m[at(i)]);
+              } else {
+                v.v[i] = r.x[at(i)];
+              }
+            }
+            *s = v;
+          }
+        }
+      if constexpr (!GATHER && kMasked<Op> && kMasksAfterCopies) {
+#pragma unroll
+        for (int k = 0; k < NV; ++k)
+          if (k * DATA + d < n) staged[k] = r.mask_of(first + k * DATA + d);
+      }
     }
   };
   // Data warps: once buffer b has landed, each run's column totals scanned across its warp
@@ -194,6 +256,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     const Row r = slab_of(tile);
     const int64_t c_idx = in_slab(tile), first = c_idx * VECS;
     const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
+    const PackedTile pt = packed_tile(r, first, n);
     if constexpr (kCopied) {  // else the tile is in its slots, masked
       cp_async_wait_all();  // only this tile's copies are in flight
       if constexpr (kMasked<Op>) {  // x times its mask, in place, by the thread that copied it
@@ -214,7 +277,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
 #pragma unroll 1  // a vector at a time from shared memory: unrolled, 16-bit slabs spilled
       for (int k = 0; k < NV; ++k)
         if (mine(k) < n) {
-          const VT v = held(reverse, b, mine(k));
+          const VT v = held(reverse, pt, b, mine(k));
 #pragma unroll
           for (int i = 0; i < V; ++i) t[i % M] = Op::apply(t[i % M], to_scan<T>(v.v[i]));
         }
@@ -281,6 +344,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     const Row r = slab_of(tile);
     const int64_t first = in_slab(tile) * VECS;
     const int n = static_cast<int>(min64(r.s.nvec - first, VECS));
+    const PackedTile pt = packed_tile(r, first, n);
     A start[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -294,33 +358,56 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
 #pragma unroll 1
         for (int k = 0; k < NV; ++k)
           if (mine(k) < n) {
-            const VT v = held(reverse, b, mine(k));
+            const VT v = held(reverse, pt, b, mine(k));
             VT out;
 #pragma unroll
             for (int i = 0; i < V; ++i)
               start[i % M] = scan_step<Op, T>(to_scan<T>(v.v[i]), start[i % M], decltype(exclusive)::value, true,
                                               out.v[i]);
             if constexpr (decltype(reverse)::value) Row::flip(&out);
-            *slot(b, mine(k)) = out;
+            if constexpr (PACKED) {
+#pragma unroll
+              for (int i = 0; i < V; ++i) {
+                const int at = packed_at(pt, reverse, mine(k), i);
+                if (at >= 0) element(b, at) = out.v[i];
+              }
+            } else {
+              *slot(b, mine(k)) = out;
+            }
           }
       });
     });
     mbarrier_arrive(&s_scanned);
     mbarrier_wait(&s_scanned, scanned);
     scanned ^= 1;
+    if constexpr (PACKED) {  // as stage copied them: each thread its own vectors
 #pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (k * DATA + d < n) {
-        const int64_t j = first + k * DATA + d;
-        if constexpr (PADDED) {
-          const VT out = *slot(b, k * DATA + d);
-#pragma unroll
-          for (int i = 0; i < V; ++i)
-            if (!padding(r, j, i)) r.y[element_at(r, j, i, a.view.y_sl, a.view.y_si)] = out.v[i];
-        } else {
-          store_vec<T, V>(r.y + r.vec_start(j), *slot(b, k * DATA + d));
+      for (int k = 0; k < NV; ++k) {
+        const int j = k * DATA + d, e0 = j * V;
+        if (e0 >= pt.end) continue;
+        if (e0 >= pt.head && e0 + V <= pt.end) {
+          store_vec<T, V>(pt.y + e0, *slot(b, j));
+          continue;
         }
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          if (e0 + i >= pt.head && e0 + i < pt.end) pt.y[e0 + i] = element(b, e0 + i);
       }
+    } else {
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (k * DATA + d < n) {
+          const int64_t j = first + k * DATA + d;
+          if constexpr (PADDED) {
+            const VT out = *slot(b, k * DATA + d);
+#pragma unroll
+            for (int i = 0; i < V; ++i)
+              if (!padding(r, j, i)) r.y[element_at(r, j, i, a.view.y_sl, a.view.y_si)] = out.v[i];
+          } else {
+            store_vec<T, V>(r.y + r.vec_start(j), *slot(b, k * DATA + d));
+          }
+        }
+    }
   };
 
   if (threadIdx.x == 0) {
