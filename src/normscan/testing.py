@@ -172,6 +172,11 @@ ODD_SLAB_SHAPES = [((2, 5000, 3), torch.float32), ((1, 100000, 5), torch.bfloat1
                    ((3, 5001, 5), torch.float32), ((5, 777, 7), torch.float64)]
 LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.float64), ((2, 9000, 64), torch.float16),
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
+# Many slabs: 4096 columns or more and a slab a resident block (an H100's 396) or more, whole
+# vectors a slab: the scans' column kernel (csrc/scan/columns.cuh), in chunks of several
+# positions or one.
+MANY_SLAB_SHAPES = [((512, 1201, 8), torch.float32), ((400, 100, 12), torch.bfloat16), ((450, 52, 10), torch.float64),
+                    ((1400, 16, 3), torch.float16)]
 # Past 128 columns with too few (outer, 32 columns) units for the GPU, the reduce-scale slab
 # kernels too: vectors (a position's CV of 64 and 256 dividing the block, 20 and 150 not),
 # single elements (201, 250), and 257 single elements, more than a block's threads: strided.
@@ -448,7 +453,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     for kwargs in _flag_sets(spec):
         # (3, 2**22+5): several look-back rows, each aligned differently.
         for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, 5000, 2), 1),
-                           ((2, 40000, 24), 1), ((3, (1 << 22) + 5), 1)]:
+                           ((2, 40000, 24), 1), ((3, (1 << 22) + 5), 1), ((512, 1201, 8), 1)]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
                             kwargs))
@@ -470,7 +475,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                                 maker(shape, dtype, d), dim, float_mask=True))
             out.append(Case(f"{op} {_dt(dtype)} mask (2, 40000, 8) dim=1 columns apart", op,
                             maker((2, 40000, 16), dtype, dist, view=lambda x: x[..., :8]), 1, float_mask=True))
-    for shape, dtype in SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES + WIDE_SLAB_SHAPES:
+    slabs = SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES + WIDE_SLAB_SHAPES + MANY_SLAB_SHAPES
+    for shape, dtype in slabs:
         out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
     # The same slabs' columns apart and stepped (the scans gather them, the reduce-scale ops
     # read single elements), and slabs contiguous from an unaligned start (gathered too).

@@ -2,6 +2,8 @@
 // Host only.
 #pragma once
 
+#include <algorithm>
+
 #include "../device/launch.cuh"
 #include "tuning.cuh"
 
@@ -68,6 +70,36 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgsFor<T, Op>& a, int sms)
     return 0;
   const int64_t nvec = v.length / vec16<T>();  // whole vectors in the best-aligned row
   return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
+}
+
+// A column scan's plan (0 slabs: not one) for unmasked slabs of at most a block's columns,
+// contiguous, 16-byte aligned and of whole vectors in x and y, kScanColumnsMin columns or more in all and as
+// many slabs as the GPU's resident blocks (tuning.cuh): as few slabs a block as fill those
+// blocks once (the copies use every thread, the scan a thread a column), as many positions a
+// chunk as its bytes hold, and the slabs' pieces a vector's multiple apart in the buffer,
+// spread over the banks: pieces of one warp start at most a vector's multiple past the
+// columns' (a bank conflict of 2 at most).
+template <typename T, typename Op>
+inline ScanColumnsPlan scan_columns_plan(const ScanArgsFor<T, Op>& a, int sms) {
+  constexpr int V = vec16<T>(), B = ScanColumns::kBlock;
+  const View& v = a.view;
+  const int64_t k = v.inner;
+  const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {
+    return si == 1 && sl == k && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
+  };
+  const int64_t fill = int64_t(ScanColumns::kMinBlocks) * sms;
+  if (kMasked<Op> || k < 2 || k > B || v.outer * k < kScanColumnsMin || v.outer < fill || (v.length * k) % V != 0 ||
+      !slab(a.x, v.x_so, v.x_sl, v.x_si) || !slab(a.y, v.y_so, v.y_sl, v.y_si))
+    return {};
+  const int slabs = static_cast<int>(min64(B / k, ceil_div(v.outer, fill)));
+  if (ceil_div(v.outer, slabs) > 0x7fffffff) return {};
+  constexpr int period = 128 / sizeof(T);  // elements across the 32 banks
+  const int64_t room = ScanColumns::kChunkBytes / (slabs * int64_t(sizeof(T))) - period;  // a piece's elements
+  const int64_t positions = min64(std::max<int64_t>(V, room / k / V * V), ceil_div(v.length, V) * V);
+  const int64_t used = positions * k, spread = ceil_div(k, V) * V;
+  const int64_t pitch = used + ((spread - used % period) % period + period) % period;
+  if (2 * slabs * pitch * int64_t(sizeof(T)) > int64_t(ScanColumns::kSmemBytes)) return {};  // not met: room holds it
+  return {slabs, static_cast<int>(positions), static_cast<int>(pitch)};
 }
 
 // A slab scan's plan: tiles a slab (0 where the strided kernel takes the view), the columns
@@ -185,6 +217,14 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
       return launch_scan_rows<T, Op, V, ScanRowsLarge>(a, stream);
     }
     return launch_scan_rows<T, Op, 1, ScanRowsLarge>(a, stream);
+  }
+  if constexpr (!kMasked<Op>) {
+    const ScanColumnsPlan cols = scan_columns_plan<T, Op>(a, d.sms);
+    if (cols.slabs > 0) {
+      return launch_units<scan_columns_kernel<T, Op, ScanColumns>>(Grid::PerUnit, dim3(ScanColumns::kBlock), 1,
+                                                                   ceil_div(a.view.outer, cols.slabs),
+                                                                   ScanColumns::kSmemBytes, stream, a, cols);
+    }
   }
   const ScanSlabPlan plan = scan_slab_plan<T, Op>(a, d.sms);
   if (plan.tiles_per_slab > 0) {

@@ -3,6 +3,7 @@
 // variants side by side; the defaults are the measured best.
 #pragma once
 
+#include "columns.cuh"
 #include "lookback.cuh"
 #include "rows.cuh"
 #include "slab.cuh"
@@ -37,6 +38,9 @@
 #endif
 #ifndef NORMSCAN_SLAB_MINB  // resident slab-scan blocks per SM asked of the compiler
 #define NORMSCAN_SLAB_MINB 4
+#endif
+#ifndef NORMSCAN_SCAN_COLUMNS_MIN  // columns (outer x inner) from which contiguous slabs take the column scan
+#define NORMSCAN_SCAN_COLUMNS_MIN 4096
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
@@ -82,6 +86,24 @@ constexpr int kLookbackMaxRowsPerSm = 4;
 // (masked_cumsum: 5, 4 a SM the best or level at each).
 using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCAN_SLAB_MINB,
                                 NORMSCAN_LOOKBACK_ENTRY, 128>;
+
+// ---------------------------------------------------------------- columns (many slabs)
+// 256 threads, up to 32 KB a chunk (two a block), 3 blocks a SM, a column's elements scanned 8
+// at a time. Taken from 4096 columns (outer x inner) on, with as many slabs as resident blocks
+// (396 on an H100) or more; all the shapes below have that many. cumsum, us, H100, 2026-11-27,
+// fc642a7's kernel (slab, packed or strided) -> column scan, fp32; bf16 (columns): (16384,
+// 256, 3) 243.9 -> 46.6; 213.5 -> 25.7 (49152), (8192, 512, 3) 132.3 -> 48.0; 112.8 -> 27.9
+// (24576), (8192, 512, 6) 127.8 -> 84.5; 126.8 -> 44.9 (49152), (2048, 1024, 12) 125.2 ->
+// 93.4; 96.9 -> 48.5 (24576), (4096, 1024, 4) 101.6 -> 60.8; 87.0 -> 35.7 (16384), (4096,
+// 1024, 3) 71.1 -> 53.7; 80.2 -> 32.8 (12288), (2048, 2048, 3) 70.9 -> 66.0; 46.3 -> 38.8
+// (6144), (1024, 4096, 5) 123.5 -> 111.7; 97.3 -> 61.8 (5120); but (512, 4096, 7) 71.0 ->
+// 99.8; 59.5 -> 55.3 (3584), (1024, 4096, 3) 70.7 -> 95.7; 45.8 -> 54.2 (3072), (1024, 4096,
+// 2) 37.1 -> 88.6; 22.8 -> 48.0 and (256, 4096, 8) 34.9 -> 85.3; 37.3 -> 45.7 (2048): fewer
+// columns, longer serial walks a thread. Scanned one element at a time (each load behind the
+// store before it) the same kernel took (16384, 256, 3) 49.4, (4096, 1024, 3) 70.2 and (1024,
+// 4096, 2) 171.9.
+using ScanColumns = ScanColumnsConfig<256, 3, 32768, 8>;
+constexpr int64_t kScanColumnsMin = NORMSCAN_SCAN_COLUMNS_MIN;
 
 // Columns not a power of two are padded slabs (slab.cuh's SlabCopy::Padded) where the
 // strided kernel's units times its largest cluster are fewer than the SMs, or the dim has
