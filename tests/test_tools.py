@@ -115,3 +115,13 @@ def test_ncu_source_summary_ranks_instructions_reasons_and_opcodes():
     assert out[2].split()[:3] == ["1", "75.0%", "BAR.SYNC.DEFER_BLOCKING"] and out[2].endswith("barrier")
     assert out[3] == "  executed: BRA 50.0%, LDS 25.0%, BAR 25.0%"
     assert out[4].startswith("void k2(int): 5 samples") and out[5] == "  stalls: wait 100.0%"
+
+
+def test_views_time_parses_its_shapes_and_refuses_bad_ones():
+    import views_time
+
+    args = views_time.parse(["--op", "cumsum", "--shapes", "1024,4096,3,3", "8,1048576,8,4", "--step"])
+    assert args.shapes == [(1024, 4096, 3, 3), (8, 1048576, 8, 4)] and args.step and args.dtypes == ["float32"]
+    with pytest.raises(SystemExit):
+        views_time.parse(["--shapes", "8,1024,4,8"])  # inner past full
+    assert set(views_time.OPS) <= set(REGISTRY)
