@@ -57,13 +57,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
     int64_t p0;
     const int vecs = chunk(k, &p0) / V;
     for (int i = threadIdx.x; i < slabs * vecs; i += BLOCK) {
-      const int s = i / vecs, j = i - s * vecs;
-      T* const sm = buffer(b) + s * pitch + j * V;
+      const int piece = i / vecs, j = i - piece * vecs;
+      T* const sm = buffer(b) + piece * pitch + j * V;
       const int64_t at = p0 * inner + j * V;
       if constexpr (decltype(store)::value)
-        store_vec<T, V>(a.y + (first_slab + s) * a.view.y_so + at, *reinterpret_cast<const VT*>(sm));
+        store_vec<T, V>(a.y + (first_slab + piece) * a.view.y_so + at, *reinterpret_cast<const VT*>(sm));
       else
-        cp_async16(sm, a.x + (first_slab + s) * a.view.x_so + at);
+        cp_async16(sm, a.x + (first_slab + piece) * a.view.x_so + at);
     }
   };
   const std::false_type load;

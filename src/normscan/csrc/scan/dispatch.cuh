@@ -72,24 +72,27 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgsFor<T, Op>& a, int sms)
   return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
 }
 
+// Whether each outer's (length, inner) block of a tensor with strides (so, sl, si) lies
+// contiguous and starts 16-byte aligned, at p (V-element vectors).
+inline bool aligned_slabs(const View& v, const void* p, int64_t so, int64_t sl, int64_t si, int V) {
+  return si == 1 && sl == v.inner && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
+}
+
 // A column scan's plan (0 slabs: not one) for unmasked slabs of at most a block's columns,
-// contiguous, 16-byte aligned and of whole vectors in x and y, kScanColumnsMin columns or more in all and as
-// many slabs as the GPU's resident blocks (tuning.cuh): as few slabs a block as fill those
-// blocks once (the copies use every thread, the scan a thread a column), as many positions a
-// chunk as its bytes hold, and the slabs' pieces a vector's multiple apart in the buffer,
-// spread over the banks: pieces of one warp start at most a vector's multiple past the
-// columns' (a bank conflict of 2 at most).
+// contiguous, 16-byte aligned and of whole vectors in x and y, kScanColumnsMin columns or
+// more in all and as many slabs as the GPU's resident blocks (tuning.cuh): as few slabs a
+// block as fill those blocks once (the copies use every thread, the scan a thread a
+// column), as many positions a chunk as its bytes hold, and the slabs' pieces a vector's
+// multiple apart in the buffer, spread over the banks: pieces of one warp start at most a
+// vector's multiple past the columns' (a bank conflict of 2 at most).
 template <typename T, typename Op>
 inline ScanColumnsPlan scan_columns_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>(), B = ScanColumns::kBlock;
   const View& v = a.view;
   const int64_t k = v.inner;
-  const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {
-    return si == 1 && sl == k && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
-  };
   const int64_t fill = int64_t(ScanColumns::kMinBlocks) * sms;
   if (kMasked<Op> || k < 2 || k > B || v.outer * k < kScanColumnsMin || v.outer < fill || (v.length * k) % V != 0 ||
-      !slab(a.x, v.x_so, v.x_sl, v.x_si) || !slab(a.y, v.y_so, v.y_sl, v.y_si))
+      !aligned_slabs(v, a.x, v.x_so, v.x_sl, v.x_si, V) || !aligned_slabs(v, a.y, v.y_so, v.y_sl, v.y_si, V))
     return {};
   const int slabs = static_cast<int>(min64(B / k, ceil_div(v.outer, fill)));
   if (ceil_div(v.outer, slabs) > 0x7fffffff) return {};
@@ -145,11 +148,9 @@ inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
     if (!copied_scalars && units * kMaxCluster >= sms && v.length < kScanPaddedMinLength) return {};
     return {tiles_per_slab, columns, SlabCopy::Padded};
   }
-  const auto slab = [&](const void* p, int64_t so, int64_t sl, int64_t si) {
-    return si == 1 && sl == k && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
-  };
-  if (!slab(a.y, v.y_so, v.y_sl, v.y_si) || (v.length * k) % V != 0) return {};
-  if (slab(a.x, v.x_so, v.x_sl, v.x_si) && mask_vectors<T, Op>(a, V)) return {tiles_per_slab, k, SlabCopy::Flat};
+  if (!aligned_slabs(v, a.y, v.y_so, v.y_sl, v.y_si, V) || (v.length * k) % V != 0) return {};
+  if (aligned_slabs(v, a.x, v.x_so, v.x_sl, v.x_si, V) && mask_vectors<T, Op>(a, V))
+    return {tiles_per_slab, k, SlabCopy::Flat};
   const int64_t m = ScanSlab::slots(k, V);  // a gathered copy's elements: a vector's columns of one position
   const bool positions = !kMasked<Op> && v.x_si == 1 && reinterpret_cast<uintptr_t>(a.x) % (m * sizeof(T)) == 0 &&
                          v.x_sl % m == 0 && (v.outer == 1 || v.x_so % m == 0);
