@@ -1,13 +1,15 @@
 // Column scans of many slabs (inner >= 2, each outer's (length, inner) block contiguous in x
-// and y, 16-byte aligned and of whole vectors): a block takes S whole slabs and a thread each of their
-// S x inner columns, walking the dim in chunks of P positions staged through shared memory.
-// A chunk's S slab pieces (P x inner elements each, contiguous) are copied in whole 16-byte
-// vectors by cp.async, the next chunk in flight while this one is scanned and stored; each
-// thread scans its column's P elements in place, one after another, and the pieces are
-// stored as they lie. No look-back and no block reduction: a thread carries its column's
-// running value from the first position to the last, so the columns, not the positions,
-// must fill the GPU (a scan over time of a (batch, time, features) tensor with many batches
-// and few features). The slab kernel (slab.cuh) splits the dim of fewer, longer slabs.
+// and y, 16-byte aligned and of whole vectors): a block takes S whole slabs and G threads
+// each of their S x inner columns, walking the dim in chunks of P positions staged through
+// shared memory. A chunk's S slab pieces (P x inner elements each, contiguous) are copied in
+// whole 16-byte vectors by cp.async, the next chunk in flight while this one is scanned and
+// stored; a column's G threads each take a run of its P positions, fold it, and scan it in
+// place from the column's running value and the runs' folds before it; the pieces are
+// stored as they lie. No look-back: a column's threads carry its running value from the
+// first position to the last, so the columns, not the positions, must fill the GPU (a scan
+// over time of a (batch, time, features) tensor with many batches and few features). G
+// shortens each thread's serial walk where a block has fewer columns than threads. The
+// slab kernel (slab.cuh) splits the dim of fewer, longer slabs.
 #pragma once
 
 #include "../device/async.cuh"
@@ -24,11 +26,11 @@ template <int BLOCK, int MINB, int CHUNK_BYTES, int UNROLL> struct ScanColumnsCo
   static constexpr size_t kSmemBytes = size_t(2) * CHUNK_BYTES;  // every launch's (the plan's buffers fit)
 };
 
-// A launch's plan: slabs a block, positions a chunk (a multiple of a vector's elements), and
+// A launch's plan: slabs a block, positions a chunk (a multiple of a vector's elements),
 // elements from one slab's piece to the next in a buffer (a multiple of a vector, which
-// spreads a warp's columns over the banks).
+// spreads a warp's columns over the banks), and threads a column (a power of two).
 struct ScanColumnsPlan {
-  int slabs, positions, pitch;
+  int slabs, positions, pitch, splits;
 };
 
 template <typename T, typename Op, typename Cfg>
@@ -68,9 +70,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
   };
   const std::false_type load;
   const std::true_type store;
-  const int s = threadIdx.x / inner, c = threadIdx.x - s * inner;
-  const bool scans = s < slabs;  // this thread's column: slab s's column c
-  A run = Op::template identity<A>();
+  // This thread's column q (slab s's column c) and its run g of the column's G = splits.
+  const int columns = plan.slabs * inner, splits = plan.splits;
+  const int g = threadIdx.x / columns, q = threadIdx.x - g * columns, s = q / inner, c = q - s * inner;
+  const bool scans = g < splits && s < slabs;
+  __shared__ A folds[BLOCK];  // run g of column q: at g * columns + q
+  A run = Op::template identity<A>();  // the column's, before this chunk
   move(load, 0, 0);
   cp_async_commit();
   if (chunks > 1) move(load, 1, 1);
@@ -79,31 +84,47 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
     const int b = static_cast<int>(k & 1);
     cp_async_wait_groups<1>();  // chunk k's copies (k + 1's may still land)
     __syncthreads();
-    if (scans) {
-      int64_t p0;
-      const int positions = chunk(k, &p0) / inner;
-      T* const column = buffer(b) + s * pitch + c;
+    int64_t p0;
+    const int positions = chunk(k, &p0) / inner;
+    // Run g: positions [lo, hi) in scan order. An odd run length puts a warp's runs of one
+    // column in different banks.
+    const int span = static_cast<int>(ceil_div(positions, splits)) | (splits > 1), lo = min(positions, g * span),
+              hi = min(positions, lo + span);
+    T* const column = buffer(b) + s * pitch + c;
+    with_flag(a.reverse, [&](auto reverse) {
+      auto at = [&](int i) -> T& { return column[(decltype(reverse)::value ? positions - 1 - i : i) * inner]; };
+      if (splits > 1) {
+        if (scans) {
+          A fold = Op::template identity<A>();
+          for (int i = lo; i < hi; ++i) fold = Op::apply(fold, to_scan<T>(at(i)));
+          folds[threadIdx.x] = fold;
+        }
+        __syncthreads();
+      }
+      if (!scans) return;
+      A from = run;  // the column's value before run g; run becomes the value after the chunk
+      for (int h = 0; h < splits; ++h) {
+        if (h == g) from = run;
+        if (splits > 1) run = Op::apply(run, folds[h * columns + q]);
+      }
       // UNROLL elements loaded, then scanned, then stored: one at a time, each load waited
       // behind the store before it (they might alias).
-      with_flag(a.reverse, [&](auto reverse) {
-        with_flag(a.exclusive, [&](auto exclusive) {
-          auto at = [&](int i) -> T& { return column[(decltype(reverse)::value ? positions - 1 - i : i) * inner]; };
-          int i = 0;
-          for (; i + UNROLL <= positions; i += UNROLL) {
-            T v[UNROLL];
+      with_flag(a.exclusive, [&](auto exclusive) {
+        int i = lo;
+        for (; i + UNROLL <= hi; i += UNROLL) {
+          T v[UNROLL];
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) v[u] = at(i + u);
+          for (int u = 0; u < UNROLL; ++u) v[u] = at(i + u);
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-              run = scan_step<Op, T>(to_scan<T>(v[u]), run, decltype(exclusive)::value, true, v[u]);
+          for (int u = 0; u < UNROLL; ++u)
+            from = scan_step<Op, T>(to_scan<T>(v[u]), from, decltype(exclusive)::value, true, v[u]);
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) at(i + u) = v[u];
-          }
-          for (; i < positions; ++i)
-            run = scan_step<Op, T>(to_scan<T>(at(i)), run, decltype(exclusive)::value, true, at(i));
-        });
+          for (int u = 0; u < UNROLL; ++u) at(i + u) = v[u];
+        }
+        for (; i < hi; ++i) from = scan_step<Op, T>(to_scan<T>(at(i)), from, decltype(exclusive)::value, true, at(i));
       });
-    }
+      if (splits == 1) run = from;
+    });
     __syncthreads();
     move(store, k, b);
     __syncthreads();  // every store has read buffer b

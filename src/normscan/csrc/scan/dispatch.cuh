@@ -79,19 +79,20 @@ inline bool aligned_slabs(const View& v, const void* p, int64_t so, int64_t sl, 
 }
 
 // A column scan's plan (0 slabs: not one) for unmasked slabs of at most a block's columns,
-// contiguous, 16-byte aligned and of whole vectors in x and y, kScanColumnsMin columns or
-// more in all and as many slabs as the GPU's resident blocks (tuning.cuh): as few slabs a
-// block as fill those blocks once (the copies use every thread, the scan a thread a
-// column), as many positions a chunk as its bytes hold, and the slabs' pieces a vector's
-// multiple apart in the buffer, spread over the banks: pieces of one warp start at most a
-// vector's multiple past the columns' (a bank conflict of 2 at most).
+// contiguous, 16-byte aligned and of whole vectors in x and y, as many slabs as the GPU's
+// resident blocks or more (tuning.cuh): as few slabs a block as fill those blocks once (the
+// copies use every thread), as many positions a chunk as its bytes hold, the slabs' pieces a
+// vector's multiple apart in the buffer, spread over the banks (pieces of one warp start at
+// most a vector's multiple past the columns': a bank conflict of 2 at most), and where the
+// block's columns are a warp's or fewer, its threads spread over them in runs of 2 x UNROLL
+// positions or more.
 template <typename T, typename Op>
 inline ScanColumnsPlan scan_columns_plan(const ScanArgsFor<T, Op>& a, int sms) {
   constexpr int V = vec16<T>(), B = ScanColumns::kBlock;
   const View& v = a.view;
   const int64_t k = v.inner;
   const int64_t fill = int64_t(ScanColumns::kMinBlocks) * sms;
-  if (kMasked<Op> || k < 2 || k > B || v.outer * k < kScanColumnsMin || v.outer < fill || (v.length * k) % V != 0 ||
+  if (kMasked<Op> || k < 2 || k > B || v.outer < fill || (v.length * k) % V != 0 ||
       !aligned_slabs(v, a.x, v.x_so, v.x_sl, v.x_si, V) || !aligned_slabs(v, a.y, v.y_so, v.y_sl, v.y_si, V))
     return {};
   const int slabs = static_cast<int>(min64(B / k, ceil_div(v.outer, fill)));
@@ -102,7 +103,18 @@ inline ScanColumnsPlan scan_columns_plan(const ScanArgsFor<T, Op>& a, int sms) {
   const int64_t used = positions * k, spread = ceil_div(k, V) * V;
   const int64_t pitch = used + ((spread - used % period) % period + period) % period;
   if (2 * slabs * pitch * int64_t(sizeof(T)) > int64_t(ScanColumns::kSmemBytes)) return {};  // not met: room holds it
-  return {slabs, static_cast<int>(positions), static_cast<int>(pitch)};
+  int splits = 1;  // threads a column
+  while (slabs * k <= kScanColumnsSplitColumns && 2 * splits * slabs * k <= B &&
+         2 * splits * 2 * ScanColumns::kUnroll <= positions && 2 * splits <= kScanColumnsSplits)
+    splits *= 2;
+  return {slabs, static_cast<int>(positions), static_cast<int>(pitch), splits};
+}
+
+template <typename T, typename Op>
+inline cudaError_t launch_scan_columns(const ScanArgsFor<T, Op>& a, const ScanColumnsPlan& cols, cudaStream_t stream) {
+  return launch_units<scan_columns_kernel<T, Op, ScanColumns>>(Grid::PerUnit, dim3(ScanColumns::kBlock), 1,
+                                                               ceil_div(a.view.outer, cols.slabs),
+                                                               ScanColumns::kSmemBytes, stream, a, cols);
 }
 
 // A slab scan's plan: tiles a slab (0 where the strided kernel takes the view), the columns
@@ -221,11 +233,7 @@ inline cudaError_t launch_scan(const ScanArgsFor<T, Op>& a, cudaStream_t stream,
   }
   if constexpr (!kMasked<Op>) {
     const ScanColumnsPlan cols = scan_columns_plan<T, Op>(a, d.sms);
-    if (cols.slabs > 0) {
-      return launch_units<scan_columns_kernel<T, Op, ScanColumns>>(Grid::PerUnit, dim3(ScanColumns::kBlock), 1,
-                                                                   ceil_div(a.view.outer, cols.slabs),
-                                                                   ScanColumns::kSmemBytes, stream, a, cols);
-    }
+    if (cols.slabs > 0) return launch_scan_columns<T, Op>(a, cols, stream);
   }
   const ScanSlabPlan plan = scan_slab_plan<T, Op>(a, d.sms);
   if (plan.tiles_per_slab > 0) {

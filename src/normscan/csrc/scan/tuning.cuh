@@ -39,8 +39,8 @@
 #ifndef NORMSCAN_SLAB_MINB  // resident slab-scan blocks per SM asked of the compiler
 #define NORMSCAN_SLAB_MINB 4
 #endif
-#ifndef NORMSCAN_SCAN_COLUMNS_MIN  // columns (outer x inner) from which contiguous slabs take the column scan
-#define NORMSCAN_SCAN_COLUMNS_MIN 4096
+#ifndef NORMSCAN_SCAN_COLUMNS_SPLITS  // threads a column at most in the column scan
+#define NORMSCAN_SCAN_COLUMNS_SPLITS 32
 #endif
 #ifndef NORMSCAN_SCAN_STRIDED_ITEMS  // consecutive positions per thread in the strided scan
 #define NORMSCAN_SCAN_STRIDED_ITEMS 16
@@ -89,21 +89,37 @@ using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCA
 
 // ---------------------------------------------------------------- columns (many slabs)
 // 256 threads, up to 32 KB a chunk (two a block), 3 blocks a SM, a column's elements scanned 8
-// at a time. Taken from 4096 columns (outer x inner) on, with as many slabs as resident blocks
-// (396 on an H100) or more; all the shapes below have that many. cumsum, us, H100, 2026-11-27,
+// at a time. A thread a column, first taken from 4096 columns (outer x inner) on, with as
+// many slabs as resident blocks (396 on an H100) or more. cumsum, us, H100, 2026-11-27,
 // fc642a7's kernel (slab, packed or strided) -> column scan, fp32; bf16 (columns): (16384,
 // 256, 3) 243.9 -> 46.6; 213.5 -> 25.7 (49152), (8192, 512, 3) 132.3 -> 48.0; 112.8 -> 27.9
 // (24576), (8192, 512, 6) 127.8 -> 84.5; 126.8 -> 44.9 (49152), (2048, 1024, 12) 125.2 ->
 // 93.4; 96.9 -> 48.5 (24576), (4096, 1024, 4) 101.6 -> 60.8; 87.0 -> 35.7 (16384), (4096,
 // 1024, 3) 71.1 -> 53.7; 80.2 -> 32.8 (12288), (2048, 2048, 3) 70.9 -> 66.0; 46.3 -> 38.8
-// (6144), (1024, 4096, 5) 123.5 -> 111.7; 97.3 -> 61.8 (5120); but (512, 4096, 7) 71.0 ->
-// 99.8; 59.5 -> 55.3 (3584), (1024, 4096, 3) 70.7 -> 95.7; 45.8 -> 54.2 (3072), (1024, 4096,
-// 2) 37.1 -> 88.6; 22.8 -> 48.0 and (256, 4096, 8) 34.9 -> 85.3; 37.3 -> 45.7 (2048): fewer
-// columns, longer serial walks a thread. Scanned one element at a time (each load behind the
+// (6144), (1024, 4096, 5) 123.5 -> 111.7; 97.3 -> 61.8 (5120); but (1024, 4096, 3) 70.7 ->
+// 95.7; 45.8 -> 54.2 (3072) and (1024, 4096, 2) 37.1 -> 88.6; 22.8 -> 48.0 (2048): a block's
+// few columns, each a long serial walk. Scanned one element at a time (each load behind the
 // store before it) the same kernel took (16384, 256, 3) 49.4, (4096, 1024, 3) 70.2 and (1024,
 // 4096, 2) 171.9.
+// Now a block of a warp's columns or fewer spreads its threads over them (up to 32 a column),
+// and the column scan takes any number of columns. cumsum, us, H100, 2026-11-27, every
+// contiguous slab with as many slabs as resident blocks on the column kernel, a thread a
+// column -> threads spread (a0397ac's kernel, torch.compile), fp32: (1024, 4096, 3) 89.4 ->
+// 48.9 (70.0 packed; 73.1), (512, 4096, 7) 94.7 -> 55.3 (70.6 packed; 149.9), (1024, 4096, 5)
+// 101.1 -> 77.3 (105.8; 162.4), (2048, 2048, 3) 62.9 -> 50.3 (64.3; 71.4), (512, 2048, 4)
+// 47.5 -> 22.8 (32.0 strided; 34.5), (600, 1024, 6) 30.7 -> 20.7 (27.7 strided; 38.0),
+// (1000, 1024, 3) 28.5 -> 17.5 (25.6 packed; 22.5), (2000, 512, 2) 18.2 -> 13.3 (34.4
+// strided; 14.1), (1024, 4096, 2) 86.5 -> 38.5 (37.2 slabs; 42.1), (400, 1024, 8) 30.4 ->
+// 20.3 (19.2 strided; 44.3); bf16: 53.3 -> 31.6 (44.8; 50.5), 53.5 -> 35.6 (58.3; 84.3), 59.4
+// -> 44.6 (57.6; 93.5), 38.3 -> 31.8 (37.0; 46.5), 27.4 -> 15.3 (17.4; 22.2), 17.9 -> 13.7
+// (25.1; 23.7), 17.2 -> 12.7 (25.4; 16.4), 12.2 -> 9.8 (28.9; 11.6), 48.2 -> 22.0 (22.8;
+// 34.8), 18.1 -> 14.0 (20.0; 25.8). Slower than before only at fp32 (1024, 4096, 2) and (400,
+// 1024, 8), by 3% and 6%. Spread over more columns than a warp's, they lost:
+// (16384, 256, 3) 45.9 -> 47.8 (126 columns a block, two threads each), (8192, 512, 3) 47.5
+// -> 47.8, bf16 25.7 -> 28.8 and 28.0 -> 29.8 (63 columns, four each).
 using ScanColumns = ScanColumnsConfig<256, 3, 32768, 8>;
-constexpr int64_t kScanColumnsMin = NORMSCAN_SCAN_COLUMNS_MIN;
+constexpr int kScanColumnsSplits = NORMSCAN_SCAN_COLUMNS_SPLITS;
+constexpr int kScanColumnsSplitColumns = 32;  // a block's columns at most where its threads spread
 
 // Columns not a power of two are padded slabs (slab.cuh's SlabCopy::Padded) where the
 // strided kernel's units times its largest cluster are fewer than the SMs, or the dim has
