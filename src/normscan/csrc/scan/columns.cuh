@@ -86,44 +86,53 @@ __global__ void __launch_bounds__(Cfg::kBlock, Cfg::kMinBlocks)
     __syncthreads();
     int64_t p0;
     const int positions = chunk(k, &p0) / inner;
-    // Run g: positions [lo, hi) in scan order. An odd run length puts a warp's runs of one
-    // column in different banks.
-    const int span = static_cast<int>(ceil_div(positions, splits)) | (splits > 1), lo = min(positions, g * span),
-              hi = min(positions, lo + span);
     T* const column = buffer(b) + s * pitch + c;
-    with_flag(a.reverse, [&](auto reverse) {
-      auto at = [&](int i) -> T& { return column[(decltype(reverse)::value ? positions - 1 - i : i) * inner]; };
-      if (splits > 1) {
-        if (scans) {
-          A fold = Op::template identity<A>();
-          for (int i = lo; i < hi; ++i) fold = Op::apply(fold, to_scan<T>(at(i)));
-          folds[threadIdx.x] = fold;
+    // A thread a column (SPREAD false) compiles to the walk alone.
+    with_flag(splits > 1, [&](auto spread) {
+      with_flag(a.reverse, [&](auto reverse) {
+        constexpr bool SPREAD = decltype(spread)::value;
+        auto at = [&](int i) -> T& { return column[(decltype(reverse)::value ? positions - 1 - i : i) * inner]; };
+        // Run g: positions [lo, hi) in scan order. An odd run length puts a warp's runs of
+        // one column in different banks.
+        int lo = 0, hi = positions;
+        A from = run;  // the column's value before run g; run becomes the value after the chunk
+        if constexpr (SPREAD) {
+          const int span = static_cast<int>(ceil_div(positions, splits)) | 1;
+          lo = min(positions, g * span);
+          hi = min(positions, lo + span);
+          if (scans) {
+            A fold = Op::template identity<A>();
+            for (int i = lo; i < hi; ++i) fold = Op::apply(fold, to_scan<T>(at(i)));
+            folds[threadIdx.x] = fold;
+          }
+          __syncthreads();
+          if (!scans) return;
+          for (int h = 0; h < splits; ++h) {
+            if (h == g) from = run;
+            run = Op::apply(run, folds[h * columns + q]);
+          }
+        } else if (!scans) {
+          return;
         }
-        __syncthreads();
-      }
-      if (!scans) return;
-      A from = run;  // the column's value before run g; run becomes the value after the chunk
-      for (int h = 0; h < splits; ++h) {
-        if (h == g) from = run;
-        if (splits > 1) run = Op::apply(run, folds[h * columns + q]);
-      }
-      // UNROLL elements loaded, then scanned, then stored: one at a time, each load waited
-      // behind the store before it (they might alias).
-      with_flag(a.exclusive, [&](auto exclusive) {
-        int i = lo;
-        for (; i + UNROLL <= hi; i += UNROLL) {
-          T v[UNROLL];
+        // UNROLL elements loaded, then scanned, then stored: one at a time, each load waited
+        // behind the store before it (they might alias).
+        with_flag(a.exclusive, [&](auto exclusive) {
+          int i = lo;
+          for (; i + UNROLL <= hi; i += UNROLL) {
+            T v[UNROLL];
 #pragma unroll
-          for (int u = 0; u < UNROLL; ++u) v[u] = at(i + u);
+            for (int u = 0; u < UNROLL; ++u) v[u] = at(i + u);
 #pragma unroll
-          for (int u = 0; u < UNROLL; ++u)
-            from = scan_step<Op, T>(to_scan<T>(v[u]), from, decltype(exclusive)::value, true, v[u]);
+            for (int u = 0; u < UNROLL; ++u)
+              from = scan_step<Op, T>(to_scan<T>(v[u]), from, decltype(exclusive)::value, true, v[u]);
 #pragma unroll
-          for (int u = 0; u < UNROLL; ++u) at(i + u) = v[u];
-        }
-        for (; i < hi; ++i) from = scan_step<Op, T>(to_scan<T>(at(i)), from, decltype(exclusive)::value, true, at(i));
+            for (int u = 0; u < UNROLL; ++u) at(i + u) = v[u];
+          }
+          for (; i < hi; ++i)
+            from = scan_step<Op, T>(to_scan<T>(at(i)), from, decltype(exclusive)::value, true, at(i));
+        });
+        if constexpr (!SPREAD) run = from;
       });
-      if (splits == 1) run = from;
     });
     __syncthreads();
     move(store, k, b);
