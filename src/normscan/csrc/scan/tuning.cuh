@@ -114,7 +114,7 @@ using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCA
 // -> 44.6 (57.6; 93.5), 38.3 -> 31.8 (37.0; 46.5), 27.4 -> 15.3 (17.4; 22.2), 17.9 -> 13.7
 // (25.1; 23.7), 17.2 -> 12.7 (25.4; 16.4), 12.2 -> 9.8 (28.9; 11.6), 48.2 -> 22.0 (22.8;
 // 34.8), 18.1 -> 14.0 (20.0; 25.8). Slower than before only at fp32 (1024, 4096, 2) and (400,
-// 1024, 8), by 3% and 6%. Spread over more columns than a warp's, they lost:
+// 1024, 8), by 4% and 6-8% (two calls). Spread over more columns than a warp's, they lost:
 // (16384, 256, 3) 45.9 -> 47.8 (126 columns a block, two threads each), (8192, 512, 3) 47.5
 // -> 47.8, bf16 25.7 -> 28.8 and 28.0 -> 29.8 (63 columns, four each).
 using ScanColumns = ScanColumnsConfig<256, 3, 32768, 8>;
