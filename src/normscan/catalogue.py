@@ -45,8 +45,9 @@ CHANNEL_NORM_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64)]
 CHANNEL_NORM_GROUPS = 32
 # Scans: many rows, a strided dim, one long row, and small ones (fp32); then 32 MB scans
 # over the middle dim with 2 to 512 columns beside it (a (batch, time, features) tensor
-# scanned over time), the last with one batch; then 48-96 MB of columns not a power of two
-# (the packed slabs) and of many short slabs (the column scan).
+# scanned over time), the last with one batch; then 48-96 MB of columns not a power of two,
+# few long slabs and many short ones (since 4f351eb all three on the column scan, as is
+# (1024, 4096, 2)).
 SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((4096, 4096), 1), ((64, 1024), 1),
                ((1024, 4096, 2), 1), ((256, 4096, 8), 1), ((64, 8192, 16), 1), ((16, 32768, 32), 1),
                ((8, 16384, 64), 1), ((4, 4096, 512), 1), ((1, 1 << 22, 2), 1), ((1024, 4096, 3), 1),
