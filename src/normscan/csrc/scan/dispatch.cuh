@@ -72,10 +72,12 @@ inline int64_t scan_lookback_tiles_per_row(const ScanArgsFor<T, Op>& a, int sms)
   return ceil_div(nvec > 0 ? nvec : 1, ScanLookback::kTileVecs);
 }
 
-// Whether each outer's (length, inner) block of a tensor with strides (so, sl, si) lies
-// contiguous and starts 16-byte aligned, at p (V-element vectors).
+// Whether each outer's (length, inner) block of a tensor with strides (sl, si) lies contiguous.
+inline bool contiguous_slabs(const View& v, int64_t sl, int64_t si) { return si == 1 && sl == v.inner; }
+
+// The same, each block starting 16-byte aligned, at p with outer stride so (V-element vectors).
 inline bool aligned_slabs(const View& v, const void* p, int64_t so, int64_t sl, int64_t si, int V) {
-  return si == 1 && sl == v.inner && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
+  return contiguous_slabs(v, sl, si) && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (v.outer == 1 || so % V == 0);
 }
 
 // A column scan's plan (0 slabs: not one) for unmasked slabs of at most a block's columns,
@@ -145,8 +147,8 @@ inline ScanSlabPlan scan_slab_plan(const ScanArgsFor<T, Op>& a, int sms) {
   if (k < 2 || k > ScanSlab::kMaxColumns) return {};
   int64_t columns = 1;
   while (columns < k) columns *= 2;
-  const bool packed = columns != k && !kMasked<Op> && v.x_si == 1 && v.x_sl == k && v.y_si == 1 && v.y_sl == k &&
-                      v.rows_share_alignment(a.x, a.y);
+  const bool packed = columns != k && !kMasked<Op> && contiguous_slabs(v, v.x_sl, v.x_si) &&
+                      contiguous_slabs(v, v.y_sl, v.y_si) && v.rows_share_alignment(a.x, a.y);
   if (!packed && k >= V && v.outer * ScanStridedVec::units_inner(k, V) >= int64_t(kScanStridedFill) * sms) return {};
   if (columns / ScanSlab::slots(columns, V) > 32) return {};
   const int64_t nvec = ceil_div(v.length * columns, V);
