@@ -66,7 +66,8 @@ def _fused_into_poison(spec, x, g, dim, given):
         gs, xs, dxs = backward.merge_normalized(g, x, dx, len(dim)) if spec.trailing else (g, x, dx)
         v, gs, g_row_stride = backward._rows(gs, xs, dxs, xs.dim() - 1 if spec.trailing else dim)
         done, _, probe = _build.load("reduce_scale_backward", spec.op_id).reduce_scale_backward(
-            xs, gs, torch.empty_like(dxs), weight.reshape(-1), True, None, spec.op_id, v, g_row_stride, given["eps"])
+            xs, gs, torch.empty_like(dxs), weight.reshape(-1), True, False, None, spec.op_id, v, g_row_stride,
+            given["eps"])
         assert done
         part = torch.full_like(probe, float("nan"))
     grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, dx=dx, dw_part=part)

@@ -129,13 +129,14 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     weight_grad = param_grads and weight is not None
     ext = _build.load("reduce_scale_backward", spec.op_id)
     flat = None if weight is None else weight.reshape(-1)
-    done, params, _ = ext.reduce_scale_backward(tensors[1], row_grad, tensors[2], flat, weight_grad, dw_part,
-                                                spec.op_id, v, g_row_stride, eps)
+    bias_grad = weight_grad and bias is not None
+    done, params, _ = ext.reduce_scale_backward(tensors[1], row_grad, tensors[2], flat, weight_grad, bias_grad,
+                                                dw_part, spec.op_id, v, g_row_stride, eps)
     if not done:
         return None
     if not weight_grad:
         return [dx]
-    # params: dw, then a biased op's db (computed whether or not it was given)
+    # params: dw, then db where a bias was given
     return [dx, params[0].view(weight.shape), *([] if bias is None else [params[1].view(bias.shape)])]
 
 

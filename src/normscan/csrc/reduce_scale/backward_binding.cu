@@ -6,7 +6,8 @@
 
 std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
     const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, const std::optional<at::Tensor>& weight, bool weight_grad,
-    const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride, double eps) {
+    bool bias_grad, const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride,
+    double eps) {
   using namespace normscan;
   const View v = checked_view(x, dx, view);
   check_param(x, weight, v.length);
@@ -14,6 +15,8 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
               "normscan: the gradient must have x's dtype and device");
   check_reach(g, g_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "the gradient");
   TORCH_CHECK(!weight_grad || weight, "normscan: a weight's gradient needs the weight");
+  TORCH_CHECK(!bias_grad || weight_grad, "normscan: a bias's gradient is summed beside the weight's: bias_grad needs "
+              "weight_grad");
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   DeviceInfo d;
@@ -51,7 +54,9 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
         }
         if (!v.empty()) check_cuda(plan.launch(a, stream), "reduce_scale_backward");
         if (weight_grad) {
-          for (int j = 0; j < sums_each; ++j) {  // dw, then db: tensors of their own (outputs may not alias)
+          // dw, then db where asked (its partial sums are the kernel's either way): tensors of
+          // their own (outputs may not alias).
+          for (int j = 0; j < (bias_grad ? sums_each : 1); ++j) {
             params.push_back(at::detail::empty_cuda({v.length}, weight->options()));
             check_cuda(launch_dw_sum<T>(a.dw_part + j * v.length, part.size(0), sums, v.length,
                                         mutable_data<T>(params.back()), stream),
