@@ -40,6 +40,7 @@ class Case:
     dim: int | tuple | None              # None: a whole-tensor op; a tuple: layer_norm's normalized_shape
     kwargs: dict = field(default_factory=dict)  # the op's arguments after dim, but for weight and bias
     with_weight: bool = False  # and a bias, for an op that takes one
+    params_apart: bool = False  # the weight and bias one element past a 16-byte boundary
     # (dim, count): check only these slices (huge inputs; a whole-tensor op's reference is
     # still taken over every element)
     sample: tuple[int, int] | None = None
@@ -413,6 +414,14 @@ def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                                ((2, 131075), 1, torch.float32, None)]:
         case(f"weight, bias {shape} last {k} {_dt(dtype)}{' transposed' if v else ''}", shape, k, dtype, view=v,
              with_weight=True)
+    # Rows held across the GPU (fp32 of 2**22, two rows; KernelBench 40's normalized_shape of
+    # three dims), and weights and biases past a 16-byte boundary (loaded element by element).
+    held = [((2, 1 << 22), 1, torch.float32), ((2, 64, 256, 256), 3, torch.float32)]
+    for shape, k, dtype in held + [((3, 65539), 1, torch.float32), ((6, 4096), 1, torch.bfloat16)]:
+        if (shape, k, dtype) in held:
+            case(f"weight, bias {shape} last {k} {_dt(dtype)}", shape, k, dtype, with_weight=True)
+        case(f"weight, bias apart {shape} last {k} {_dt(dtype)}", shape, k, dtype, with_weight=True,
+             params_apart=True)
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
         case(">2**31 rows (32769, 65537)", (32769, 65537), 1, sample=(0, 6))
     return out
@@ -529,6 +538,12 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             for name, base, view in _column_variants(shape, dim) if dim == 1 and len(shape) > 2 else ():
                 out.append(Case(f"{op} weight {shape} dim={dim} {name} {_dt(dtype)}", op, maker(base, dtype, view=view),
                                 1, with_weight=True))
+        # A weight (and bias) starting past a 16-byte boundary: loaded element by element
+        # beside aligned rows (a block, a cluster, held across the GPU).
+        for shape, dtype in [((6, 4096), torch.float32), ((3, 65539), torch.float32), ((2, 1 << 22), torch.float32),
+                             ((2, 131080), torch.bfloat16)]:
+            out.append(Case(f"{op} weight apart {shape} {_dt(dtype)}", op, maker(shape, dtype), -1, with_weight=True,
+                            params_apart=True))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
         out.append(Case(f"{op} >2**31 rows (32769, 65537)", op, maker((32769, 65537), torch.float32, dist), 1,
                         sample=(0, 6)))
@@ -619,9 +634,15 @@ def tensor_params(case: Case, x: torch.Tensor, dim) -> dict:
     spec, device, params = case.spec, x.device, {}
     if case.with_weight:
         shape, _ = spec.param_shape(tuple(x.shape), dim)
-        params["weight"] = (torch.rand(shape, device=device) + 0.5).to(x.dtype)
+
+        def param(values):  # of x's dtype, at the case's alignment
+            if not case.params_apart:
+                return values(shape).to(x.dtype)
+            flat = values((math.prod(shape) + 1,)).to(x.dtype)
+            return flat[1:].view(shape)
+        params["weight"] = param(lambda s: torch.rand(s, device=device) + 0.5)
         if spec.takes("bias"):
-            params["bias"] = torch.randn(shape, device=device).to(x.dtype)
+            params["bias"] = param(lambda s: torch.randn(s, device=device))
     if case.with_running:  # 16-bit x's in float32, as PyTorch's mixed-precision modules keep them
         shape, _ = spec.param_shape(tuple(x.shape), dim)
         dtype = torch.float32 if x.dtype.itemsize == 2 else x.dtype

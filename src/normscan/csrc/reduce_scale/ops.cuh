@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "../device/memory.cuh"
 #include "../device/reduce.cuh"
 #include "../device/view.cuh"
 
@@ -281,6 +282,35 @@ __device__ __forceinline__ T scale_with(T x, acc_t<T> scale, acc_t<T> shift, acc
   if constexpr (WEIGHTED) v *= w;
   if (biased) v += b;
   return Convert<T>::from_acc(v);
+}
+
+// p's V elements from l (a weight's or bias's): one 16-byte load where they are aligned, V
+// loads otherwise.
+template <typename T, int V> __device__ __forceinline__ Vec<T, V> param_vec(const T* p, int64_t l) {
+  if constexpr (V > 1) {
+    if (reinterpret_cast<uintptr_t>(p + l) % 16 == 0) return load_vec<T, V>(p + l);
+  }
+  Vec<T, V> v;
+#pragma unroll
+  for (int i = 0; i < V; ++i) v.v[i] = p[l + i];
+  return v;
+}
+
+// y of V elements: apply(x, scale) [* wv where weighted] [+ bv where biased], their weight
+// and bias loaded beforehand (param_vec).
+template <typename Op, typename T, int V>
+__device__ __forceinline__ Vec<T, V> scale_by(const Vec<T, V>& x, acc_t<T> scale, acc_t<T> shift, bool weighted,
+                                              const Vec<T, V>& wv, bool biased, const Vec<T, V>& bv) {
+  acc_t<T> v[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    v[i] = scaled_value<Op>(x.v[i], scale, shift);
+    if (weighted) v[i] *= Convert<T>::to_acc(wv.v[i]);
+    if constexpr (Op::kBiased) {
+      if (biased) v[i] += Convert<T>::to_acc(bv.v[i]);
+    }
+  }
+  return from_acc_vec<T, V>(v);
 }
 
 // y = apply(x, scale) * wc + bc of V elements of one channel (weight wc, bias bc).
