@@ -157,10 +157,10 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
     if constexpr (Op::kGrouped) {
       if (q.part == 0 && t == 0) write_stat(a.grouping, q.row, rs.shift, stat.m2);
     }
+    const ChannelRow<T, false> ch = r.template channels<Op, false>(a, q.row);
     T* yp = r.yr + r.s.head + int64_t(q.first) * V;
     const int l = static_cast<int>(r.s.head) + q.first * V;
     if constexpr (Op::kGrouped || !Op::kWeighted) {
-      const ChannelRow<T, false> ch = r.template channels<Op, false>(a, q.row);
 #pragma unroll 1  // stores need no loads in flight; unrolled, the scaling's registers spilled
       for (int k = 0; k < VECS; ++k)
         if (k * THREADS < q.count)
