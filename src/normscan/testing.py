@@ -175,10 +175,11 @@ LONG_SLAB_SHAPES = [((2, 50000, 4), torch.bfloat16), ((1, 300000, 2), torch.floa
                     ((1, 20000, 128), torch.float32), ((3, 40000, 2), torch.float32)]
 # Many slabs: a slab a resident block (an H100's 396) or more, whole vectors a slab: the scans'
 # column kernel (csrc/scan/columns.cuh), in chunks of several positions or one, a thread a
-# column ((1400, 16, 3)) or several (2 to 32, the others; runs shorter than a chunk's positions).
+# column ((1400, 16, 3)) or several (2 to 32, the others; runs shorter than a chunk's positions);
+# slabs of 24 KB or more a block of their own, in two chunks or one ((400, 4096, 4) bf16).
 MANY_SLAB_SHAPES = [((512, 1201, 8), torch.float32), ((400, 100, 12), torch.bfloat16), ((450, 52, 10), torch.float64),
                     ((1400, 16, 3), torch.float16), ((1000, 96, 3), torch.bfloat16), ((800, 50, 2), torch.float32),
-                    ((500, 38, 5), torch.float64), ((400, 5000, 2), torch.float32)]
+                    ((500, 38, 5), torch.float64), ((400, 5000, 2), torch.float32), ((400, 4096, 4), torch.bfloat16)]
 # Past 128 columns with too few (outer, 32 columns) units for the GPU, the reduce-scale slab
 # kernels too: vectors (a position's CV of 64 and 256 dividing the block, 20 and 150 not),
 # single elements (201, 250), and 257 single elements, more than a block's threads: strided.

@@ -82,8 +82,9 @@ inline bool aligned_slabs(const View& v, const void* p, int64_t so, int64_t sl, 
 
 // A column scan's plan (0 slabs: not one) for unmasked slabs of at most a block's columns,
 // contiguous, 16-byte aligned and of whole vectors in x and y, as many slabs as the GPU's
-// resident blocks or more (tuning.cuh): as few slabs a block as fill those blocks once (the
-// copies use every thread), as many positions a chunk as its bytes hold, the slabs' pieces a
+// resident blocks or more (tuning.cuh): a slab of kScanColumnsOwnBlock bytes or more a block
+// of its own, else as few slabs a block as fill those blocks once (the copies use every
+// thread), as many positions a chunk as its bytes hold, the slabs' pieces a
 // vector's multiple apart in the buffer, spread over the banks (pieces of one warp start at
 // most a vector's multiple past the columns': a bank conflict of 2 at most), and where the
 // block's columns are a warp's or fewer, its threads spread over them in runs of 2 x UNROLL
@@ -97,13 +98,15 @@ inline ScanColumnsPlan scan_columns_plan(const ScanArgsFor<T, Op>& a, int sms) {
   if (kMasked<Op> || k < 2 || k > B || v.outer < fill || (v.length * k) % V != 0 ||
       !aligned_slabs(v, a.x, v.x_so, v.x_sl, v.x_si, V) || !aligned_slabs(v, a.y, v.y_so, v.y_sl, v.y_si, V))
     return {};
-  const int slabs = static_cast<int>(min64(B / k, ceil_div(v.outer, fill)));
+  const bool own_block = v.length * k * int64_t(sizeof(T)) >= kScanColumnsOwnBlock;
+  const int slabs = own_block ? 1 : static_cast<int>(min64(B / k, ceil_div(v.outer, fill)));
   if (ceil_div(v.outer, slabs) > 0x7fffffff) return {};
   constexpr int period = 128 / sizeof(T);  // elements across the 32 banks
-  const int64_t room = ScanColumns::kChunkBytes / (slabs * int64_t(sizeof(T))) - period;  // a piece's elements
+  // A piece's elements (a slab alone in its block needs no padding: a 32 KB slab is one chunk).
+  const int64_t room = ScanColumns::kChunkBytes / (slabs * int64_t(sizeof(T))) - (own_block ? 0 : period);
   const int64_t positions = min64(std::max<int64_t>(V, room / k / V * V), ceil_div(v.length, V) * V);
   const int64_t used = positions * k, spread = ceil_div(k, V) * V;
-  const int64_t pitch = used + ((spread - used % period) % period + period) % period;
+  const int64_t pitch = own_block ? used : used + ((spread - used % period) % period + period) % period;
   if (2 * slabs * pitch * int64_t(sizeof(T)) > int64_t(ScanColumns::kSmemBytes)) return {};  // not met: room holds it
   int splits = 1;  // threads a column
   while (slabs * k <= kScanColumnsSplitColumns && 2 * splits * slabs * k <= B &&

@@ -39,6 +39,9 @@
 #ifndef NORMSCAN_SLAB_MINB  // resident slab-scan blocks per SM asked of the compiler
 #define NORMSCAN_SLAB_MINB 4
 #endif
+#ifndef NORMSCAN_SCAN_COLUMNS_OWN_BLOCK  // bytes from which a slab takes a column-scan block of its own
+#define NORMSCAN_SCAN_COLUMNS_OWN_BLOCK 24576
+#endif
 #ifndef NORMSCAN_SCAN_COLUMNS_SPLITS  // threads a column at most in the column scan
 #define NORMSCAN_SCAN_COLUMNS_SPLITS 32
 #endif
@@ -117,9 +120,19 @@ using ScanSlab = ScanSlabConfig<NORMSCAN_SLAB_BLOCK, NORMSCAN_SLAB_VECS, NORMSCA
 // 1024, 8), by 4% and 6-8% (two calls). Spread over more columns than a warp's, they lost:
 // (16384, 256, 3) 45.9 -> 47.8 (126 columns a block, two threads each), (8192, 512, 3) 47.5
 // -> 47.8, bf16 25.7 -> 28.8 and 28.0 -> 29.8 (63 columns, four each).
+// A slab of 24 KB or more takes a block of its own (several slabs a block chain their chunks on
+// one block, and a 32 KB slab is one chunk alone). cumsum, us, H100, 2026-11-27, views_time
+// --no-compile, fp32 | bf16, slabs a block as above -> one: (1024, 4096, 2) 38.5 -> 35.1 |
+// 16 KB, not taken, (1024, 4096, 3) 48.2 -> 45.2 | 31.7 -> 28.2, (2048, 2048, 3) 49.8 -> 45.6 |
+// 12 KB, (512, 4096, 4) 35.9 -> 32.0 | 23.4 -> 18.5, (1024, 4096, 5) 76.6 -> 70.8 | 44.6 ->
+// 42.4, (400, 4096, 8) 52.5 -> 46.9 | 33.1 -> 27.7, (600, 4096, 2) 26.1 -> 24.4 | 16 KB. One
+// slab a block at every size (chunks of 32 or 36 KB) lost where slabs are small: (8192, 512,
+// 3) 46.8 -> 82.8, (16384, 256, 3) 45.1 -> 127.8, (2000, 512, 2) 13.2 -> 22.8, (1000, 1024, 3)
+// 17.4 -> 19.2.
 using ScanColumns = ScanColumnsConfig<256, 3, 32768, 8>;
 constexpr int kScanColumnsSplits = NORMSCAN_SCAN_COLUMNS_SPLITS;
 constexpr int kScanColumnsSplitColumns = 32;  // a block's columns at most where its threads spread
+constexpr int64_t kScanColumnsOwnBlock = NORMSCAN_SCAN_COLUMNS_OWN_BLOCK;
 
 // Columns not a power of two are padded slabs (slab.cuh's SlabCopy::Padded) where the
 // strided kernel's units times its largest cluster are fewer than the SMs, or the dim has
