@@ -18,12 +18,10 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
                   const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
                   at::IntArrayRef grouping, const std::optional<at::Tensor>& stats);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
-// the weight's (second result, in the weight's dtype; then, when bias_grad, a biased op's
-// bias's), summed
-// from per-row-group partial sums (third result; into dw_part when given, which must have
-// their shape). g's rows are
-// contiguous, g_row_stride apart. First result false (nothing written): no fused kernel
-// serves the view.
+// the weight's (second result, in the weight's dtype; then, when bias_grad too, a biased
+// op's bias's), summed from per-row-group partial sums (third result; into dw_part when
+// given, which must have their shape). g's rows are contiguous, g_row_stride apart. First
+// result false (nothing written): no fused kernel serves the view.
 std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
     const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, const std::optional<at::Tensor>& weight, bool weight_grad,
     bool bias_grad, const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride,

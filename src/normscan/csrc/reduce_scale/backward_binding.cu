@@ -15,8 +15,6 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
               "normscan: the gradient must have x's dtype and device");
   check_reach(g, g_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "the gradient");
   TORCH_CHECK(!weight_grad || weight, "normscan: a weight's gradient needs the weight");
-  TORCH_CHECK(!bias_grad || weight_grad, "normscan: a bias's gradient is summed beside the weight's: bias_grad needs "
-              "weight_grad");
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   DeviceInfo d;

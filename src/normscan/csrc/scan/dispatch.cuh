@@ -84,10 +84,10 @@ inline bool aligned_slabs(const View& v, const void* p, int64_t so, int64_t sl, 
 // contiguous, 16-byte aligned and of whole vectors in x and y, as many slabs as the GPU's
 // resident blocks or more (tuning.cuh): a slab of kScanColumnsOwnBlock bytes or more a block
 // of its own, else as few slabs a block as fill those blocks once (the copies use every
-// thread), as many positions a chunk as its bytes hold, the slabs' pieces a
-// vector's multiple apart in the buffer, spread over the banks (pieces of one warp start at
-// most a vector's multiple past the columns': a bank conflict of 2 at most), and where the
-// block's columns are a warp's or fewer, its threads spread over them in runs of 2 x UNROLL
+// thread); as many positions a chunk as its bytes hold; the slabs' pieces a vector's
+// multiple apart in the buffer, spread over the banks (pieces of one warp start at most a
+// vector's multiple past the columns': a bank conflict of 2 at most); and where the block's
+// columns are a warp's or fewer, its threads spread over them in runs of 2 x UNROLL
 // positions or more.
 template <typename T, typename Op>
 inline ScanColumnsPlan scan_columns_plan(const ScanArgsFor<T, Op>& a, int sms) {
