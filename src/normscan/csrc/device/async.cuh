@@ -71,21 +71,54 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The same barriers across a thread-block cluster (sm_90): any block of the cluster may arrive
-// on a block's barrier, releasing its earlier writes to the cluster (distributed shared
-// memory too) to whoever waits there. A barrier must be initialised, and the init fenced,
-// before another block can see it (a cluster barrier between).
+// The same barriers across a thread-block cluster (sm_90): any block of the cluster may store
+// into a block's shared memory and complete those bytes on its barrier (st_async). A barrier
+// must be initialised, and the init fenced, before another block can see it (a cluster
+// barrier between).
 __device__ __forceinline__ void mbarrier_init_fence_cluster() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
-// Arrives on `bar`, a barrier of this block's, as it lies in the block of rank `rank`.
-__device__ __forceinline__ void mbarrier_arrive_remote(uint64_t* bar, int rank) {
+// Arrives on this block's `bar`, counting `bytes` more to come by st_async before the phase
+// completes (they may land before it: the count then goes below zero meanwhile).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(s), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(s), "r"(bytes) : "memory");
 }
-// mbarrier_wait, acquiring what the cluster's arrivals released.
+// Words I.. of w into the shared::cluster address `to`, completed on the barrier at `at`: 16,
+// 8 or 4 bytes a store (each address aligned to its store's size).
+template <int I, int W> __device__ __forceinline__ void st_async_words(unsigned to, unsigned at, const unsigned (&w)[W]) {
+  if constexpr (W - I >= 4) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                     to + 4 * I),
+                 "r"(w[I]), "r"(w[I + 1]), "r"(w[I + 2]), "r"(w[I + 3]), "r"(at)
+                 : "memory");
+    st_async_words<I + 4>(to, at, w);
+  } else if constexpr (W - I >= 2) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(to + 4 * I),
+                 "r"(w[I]), "r"(w[I + 1]), "r"(at)
+                 : "memory");
+    st_async_words<I + 2>(to, at, w);
+  } else if constexpr (W - I == 1) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(to + 4 * I),
+                 "r"(w[I]), "r"(at)
+                 : "memory");
+  }
+}
+// Stores `v` into `slot` of the block of rank `rank` (slot and bar: this block's addresses of
+// them; slot aligned to 16 bytes or to v's size) and completes its bytes on that block's
+// `bar`: the barrier's phase makes the store visible to whoever waits there, and the store
+// waits on none of this thread's earlier ones (an arrival that released them waited for its
+// stores to global memory to land: NOTES.md "Cluster exchanges").
+template <typename A> __device__ __forceinline__ void st_async(A* slot, uint64_t* bar, int rank, const A& v) {
+  static_assert(sizeof(A) % 4 == 0, "whole 4-byte words");
+  unsigned words[sizeof(A) / 4];
+  __builtin_memcpy(words, &v, sizeof(A));
+  unsigned to, at;  // (mapa has no side effects: a loop's barrier address is mapped once)
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(slot))), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "r"(rank));
+  st_async_words<0>(to, at, words);
+}
+// mbarrier_wait, acquiring what the cluster's stores into this block released.
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, unsigned parity) {
   NORMSCAN_MBARRIER_SPIN("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64");
 }

@@ -49,34 +49,38 @@ __device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
 
 // cluster_reduce for a kernel that reduces once a round, without a cluster barrier: lane r of
 // each block's first warp stores the block's value (every thread has it) into the block's
-// slot in block r and arrives on r's barrier; a block waits only for its own barrier (every
-// value in) and combines its slots in rank order, the same on every block. Two rounds' slots
-// alternate: no block can be two rounds ahead of another, since a round needs every block's
-// value, given before that block reads the round before (the caller's block barrier
-// between, as in block_group_reduce). In shared memory; init(csize) by every thread, then a
+// slot in block r, completing its bytes on r's barrier (st_async: no fence, so the value does
+// not wait for the block's earlier stores to global memory, as a released arrival did:
+// NOTES.md "Cluster exchanges"); a block waits only for its own barrier (every value in) and
+// each warp combines the slots as cluster_reduce does, the same on every block. Two rounds'
+// slots alternate: no block can be two rounds ahead of another, since a round needs every
+// block's value, given before that block reads the round before (the caller's block barrier
+// between, as in block_group_reduce). In shared memory; init() by every thread, then a
 // cluster barrier before the first round. N: the most blocks a cluster has.
 template <typename A, int N = kMaxPortableCluster> struct ClusterRounds {
-  A value[2][N];
+  static_assert(N <= 32, "a rank a lane");
+  // A value's slot, aligned for st_async's widest store of it (12 bytes: 8 and then 4).
+  struct alignas(sizeof(A) <= 8 ? sizeof(A) : 16) Slot {
+    A v;
+  };
+  Slot value[2][N];
   uint64_t full[2];
 
-  __device__ __forceinline__ void init(int csize) {
+  __device__ __forceinline__ void init() {
     if (threadIdx.x == 0) {
-      mbarrier_init(&full[0], csize);
-      mbarrier_init(&full[1], csize);
+      mbarrier_init(&full[0], 1);  // thread 0's arrival, with the bytes to come
+      mbarrier_init(&full[1], 1);
       mbarrier_init_fence_cluster();
     }
   }
   template <typename Op>
   __device__ __forceinline__ A reduce(A v, int csize, int crank, unsigned round) {
     const int p = round & 1;
-    if (threadIdx.x < csize) {
-      *cg::this_cluster().map_shared_rank(&value[p][crank], threadIdx.x) = v;
-      mbarrier_arrive_remote(&full[p], threadIdx.x);
-    }
+    if (threadIdx.x == 0) mbarrier_arrive_expect_tx(&full[p], csize * sizeof(A));
+    if (threadIdx.x < csize) st_async(&value[p][crank].v, &full[p], threadIdx.x, v);
     mbarrier_wait_cluster(&full[p], (round >> 1) & 1);
-    A c = Op::template identity<A>();
-    for (int r = 0; r < csize; ++r) c = Op::apply(c, value[p][r]);
-    return c;
+    const int lane = threadIdx.x % 32;
+    return warp_reduce<Op>(lane < csize ? value[p][lane].v : Op::template identity<A>());
   }
 };
 #endif

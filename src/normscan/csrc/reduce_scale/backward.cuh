@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   __shared__ ClusterRounds<Sums, Cfg::kMaxCluster> cluster_sums;
   __shared__ ClusterRounds<Shift, Cfg::kMaxCluster> cluster_shift;
   if (csize > 1) {
-    cluster_sums.init(csize);
-    if constexpr (kShifted<Op>) cluster_shift.init(csize);
+    cluster_sums.init();
+    if constexpr (kShifted<Op>) cluster_shift.init();
     cg::this_cluster().sync();
   }
 #endif

@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   __shared__ A ranks_before[COLS];  // the unit's carry and the ranks' before this one, by column
   if (csize > 1) {
     if (threadIdx.x == 0) {
-      mbarrier_init(&full[0], csize - 1);
-      mbarrier_init(&full[1], csize - 1);
+      mbarrier_init(&full[0], 1);  // thread 0's arrival, with the other ranks' bytes to come
+      mbarrier_init(&full[1], 1);
       mbarrier_init_fence_cluster();
     }
     // A block may write another's shared memory only once that block has started.
@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
       }
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) {
-        // The block's totals into its own slot; then thread r copies them into rank r and
-        // arrives there (the thread whose writes an arrival releases is the one that made them).
+        // The block's totals into its own slot; then thread r copies them into rank r, each
+        // completing its bytes on r's barrier (st_async).
         const int cols = cvs * VI;
         if (threadIdx.x < cols) {
           A total = Op::template identity<A>();
@@ -156,12 +156,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
           pushed[(p * csize + crank) * COLS + threadIdx.x] = total;
         }
         __syncthreads();
+        if (threadIdx.x == 0) mbarrier_arrive_expect_tx(&full[p], (csize - 1) * cols * sizeof(A));
         if (threadIdx.x < csize && threadIdx.x != crank) {
-          const int r = threadIdx.x;
-          const A* from = &pushed[(p * csize + crank) * COLS];
-          A* to = cg::this_cluster().map_shared_rank(&pushed[(p * csize + crank) * COLS], r);
-          for (int c = 0; c < cols; ++c) to[c] = from[c];
-          mbarrier_arrive_remote(&full[p], r);
+          A* const mine = &pushed[(p * csize + crank) * COLS];
+          for (int c = 0; c < cols; ++c) st_async(mine + c, &full[p], threadIdx.x, mine[c]);
         }
         mbarrier_wait_cluster(&full[p], (round >> 1) & 1);
         if (threadIdx.x < cols) {  // column threadIdx.x's: its thread keeps the unit's carry
