@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+# x's and w's gradients of a call on x and w, the incoming gradient one of x's shape.
+BACKWARD = "torch.autograd.grad({call}, (x, w), g)"
 CASES = {
     # name: (call, shape, dtype) -- one call each; w is a weight over the last dim
     "rms+w rows bf16 (1024, 65536)": ("normscan.rms_norm(x, 1, weight=w)", (1024, 65536), "bfloat16"),
@@ -48,13 +50,20 @@ CASES = {
     "softmax rows fp32 (32768, 4096)": ("normscan.softmax(x, 1)", (32768, 4096), "float32"),
     "layer_norm held fp32 (16, 64, 256, 256)": ("normscan.layer_norm(x, (64, 256, 256))", (16, 64, 256, 256),
                                                 "float32"),
+    # Backward (#19): the forward once more under the profiler, then the backward's kernels.
+    "backward layer_norm+w bf16 (8192, 32768)": (BACKWARD.format(call="normscan.layer_norm(x, (32768,), weight=w)"),
+                                                 (8192, 32768), "bfloat16"),
+    "backward rms+w bf16 (1024, 65536)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (1024, 65536),
+                                          "bfloat16"),
+    "backward rms+w fp32 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (4096, 16384),
+                                          "float32"),
 }
 RUN = """
 import torch, normscan
 {imports}
 x = torch.randn({shape}, device="cuda", dtype=torch.{dtype})
 w = torch.rand({shape}[-1], device="cuda", dtype=torch.{dtype}) + 0.5
-{call}  # built and loaded before profiling
+{grads}{call}  # built and loaded before profiling
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStart()
 y = {call}
@@ -64,9 +73,11 @@ torch.cuda.cudart().cudaProfilerStop()
 
 
 def script(call: str, shape: tuple, dtype: str) -> str:
-    """The case's program: x (and w) drawn, the call made once, then once under the profiler."""
+    """The case's program: x (and w, and for a backward case x's incoming gradient g) drawn, the
+    call made once, then once under the profiler."""
     imports = "from quack.rmsnorm import rmsnorm as quack_rmsnorm" if "quack_" in call else ""
-    return RUN.format(imports=imports, shape=shape, call=call, dtype=dtype)
+    grads = "x.requires_grad_(), w.requires_grad_()\ng = torch.randn_like(x)\n" if "autograd" in call else ""
+    return RUN.format(imports=imports, shape=shape, call=call, dtype=dtype, grads=grads)
 
 
 METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
