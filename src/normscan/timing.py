@@ -2,10 +2,11 @@
 against the device's copy bandwidth; on a machine without a GPU the same rounds on the CPU.
 
 On CUDA, times are medians of CUDA-event timings after warm-up. Before each timed call a
-kernel reads a 256 MB buffer 8 times (~0.7 ms): it leaves L2 holding nothing of the op's
-tensors (and nothing dirty to write back), and it keeps the GPU busy while the host
-prepares the call, so the events measure device time, not the host's launch cost
-(host_times measures that, for the sweep and tools/overhead.py). Inputs also rotate
+kernel reads a 256 MB buffer 8 times (~0.7 ms; 48 times, ~4 ms, before a backward, whose
+host path through autograd is longer): it leaves L2 holding nothing of the op's tensors (and
+nothing dirty to write back), and it keeps the GPU busy while the host prepares the call, so
+the events measure device time, not the host's launch cost (host_times measures that, for
+the sweep and tools/overhead.py). Inputs also rotate
 through enough copies to exceed twice the L2 cache. On the CPU, times are medians of
 wall-clock timings after warm-up.
 Bandwidth counts the fewest bytes any implementation must move: x read once, y written once
@@ -36,6 +37,10 @@ FLUSH_BYTES = 256 << 20
 # takes longer than that (one read left torch.compile's launch path inside the events in
 # some rounds; the 8 reads do not slow our kernels: NOTES.md).
 FLUSH_READS = 8
+# The same before each timed backward: autograd's path to a backward op took 0.13-1 ms of host
+# time a call, and rounds of ours whose calls took more than the lead measured the host (bf16
+# rms_norm + w 8192x8192: 2.716 ms a call in one round, 0.146 in the next; NOTES.md "Backward").
+TRAINING_FLUSH_READS = 48
 
 
 def w_name(spec) -> str:
@@ -93,8 +98,10 @@ def _flush_buffer(device: int) -> torch.Tensor:
     return torch.ones(FLUSH_BYTES // 4, device=f"cuda:{device}")
 
 
-def time_ms(fn: Callable, xs: list[torch.Tensor], w, repeat: int, warmup: int = 3) -> float:
-    """Median time of fn(x, w) over `repeat` calls, x cycling through `xs`."""
+def time_ms(fn: Callable, xs: list[torch.Tensor], w, repeat: int, warmup: int = 3,
+            flush_reads: int = FLUSH_READS) -> float:
+    """Median time of fn(x, w) over `repeat` calls, x cycling through `xs`, each after
+    `flush_reads` reads of the flush buffer."""
     for i in range(warmup):
         fn(xs[i % len(xs)], w)
     if not xs[0].is_cuda:
@@ -110,7 +117,7 @@ def time_ms(fn: Callable, xs: list[torch.Tensor], w, repeat: int, warmup: int = 
     for i in range(repeat):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         x = xs[i % len(xs)]
-        for _ in range(FLUSH_READS):
+        for _ in range(flush_reads):
             flush.sum()
         start.record()
         fn(x, w)
@@ -257,7 +264,8 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
                 if name in peer_errors:
                     continue
                 try:
-                    t = time_ms(timed[name], xs, w, repeat)
+                    t = time_ms(timed[name], xs, w, repeat,
+                                flush_reads=FLUSH_READS if entry.mode == "forward" else TRAINING_FLUSH_READS)
                 except Exception as err:
                     _peer_failed(peer_errors, name, r, err)
                     continue
