@@ -55,7 +55,7 @@ for entry in entries:
             xs = [x.requires_grad_() for x in xs]
             w = w.requires_grad_() if w is not None else None
             fn = timing.training(fn, training, xs, w, torch.randn_like(xs[0]))
-        ms = timing.time_ms(fn, xs, w, 20, flush_reads=timing.TRAINING_FLUSH_READS if training else timing.FLUSH_READS)
+        ms = timing.time_ms(fn, xs, w, 20, flush_reads=timing.flush_reads_for(training or "forward"))
         out[entry.label].append([ms, entry.bytes_moved / ms / 1e6])
         del xs, fn
         torch.cuda.empty_cache()

@@ -43,6 +43,11 @@ FLUSH_READS = 8
 TRAINING_FLUSH_READS = 48
 
 
+def flush_reads_for(mode: str) -> int:
+    """The reads of the flush buffer before each timed call of an entry of this mode."""
+    return FLUSH_READS if mode == "forward" else TRAINING_FLUSH_READS
+
+
 def w_name(spec) -> str:
     """The op's argument that an entry's `w` is: its weight, or its mask."""
     return "mask" if spec.takes("mask") else "weight"
@@ -264,8 +269,7 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
                 if name in peer_errors:
                     continue
                 try:
-                    t = time_ms(timed[name], xs, w, repeat,
-                                flush_reads=FLUSH_READS if entry.mode == "forward" else TRAINING_FLUSH_READS)
+                    t = time_ms(timed[name], xs, w, repeat, flush_reads=flush_reads_for(entry.mode))
                 except Exception as err:
                     _peer_failed(peer_errors, name, r, err)
                     continue
