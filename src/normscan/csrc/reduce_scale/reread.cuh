@@ -142,9 +142,8 @@ template <typename T, int V> struct RereadRow {
   }
 
   // Adds vectors [begin, end) to acc, BLOCK threads a stride.
-  template <int BLOCK, typename Op>
+  template <int BLOCK, typename Op, int U = kRereadUnroll>
   __device__ __forceinline__ void add_vectors(int64_t begin, int64_t end, RowAccumulator<Op, acc_t<T>>& acc) const {
-    constexpr int U = kRereadUnroll;
     const T* xb = xr + s.head;
     for (int64_t j = begin + threadIdx.x; j < end; j += int64_t(BLOCK) * U) {
       Vec<T, V> v[U];
@@ -246,12 +245,19 @@ struct RowSplitting {
   int64_t parts, spans, span;
 };
 template <int BLOCK> constexpr int64_t kRereadTile = int64_t(BLOCK) * kRereadUnroll;  // vectors
+// The split summing kernel's vectors in flight per thread, and so its tiles: its pass only
+// reads, and twice the loads a trip took KernelBench 37 from 7.382 to 7.360 ms (H100,
+// tools/tune.py, NOTES.md "The split summing kernel's loads").
+#ifndef NORMSCAN_SPLIT_SUM_UNROLL
+#define NORMSCAN_SPLIT_SUM_UNROLL 8
+#endif
+template <int BLOCK> constexpr int64_t kSplitSumTile = int64_t(BLOCK) * NORMSCAN_SPLIT_SUM_UNROLL;
 
 template <typename T, typename Op, int BLOCK, int V>
 __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     reduce_scale_split_sum_kernel(ArgsFor<T, Op> a, RowSplitting c, RowStat<Op, acc_t<T>>* stats) {
   using A = acc_t<T>;
-  constexpr int64_t TILE = kRereadTile<BLOCK>;
+  constexpr int64_t TILE = kSplitSumTile<BLOCK>;
   __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
   const WarpPlace me = WarpPlace::of_thread();
   int parity = 0;
@@ -261,7 +267,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     auto acc = r.template accumulator<Op>();
     if (part == 0 && r.has_edge(threadIdx.x)) r.add_edge(acc, threadIdx.x);
     for (int64_t t = part; t * TILE < r.s.nvec; t += c.parts)
-      r.template add_vectors<BLOCK>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
+      r.template add_vectors<BLOCK, Op, NORMSCAN_SPLIT_SUM_UNROLL>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
     if (threadIdx.x == 0) stats[u] = stat;
   }
