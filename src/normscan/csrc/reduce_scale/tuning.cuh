@@ -148,7 +148,8 @@ template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, 
 constexpr int kRereadBlock = 512;
 // Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
 // summing a row as fill the GPU (whole rows a wave: a second, part-filled wave would double
-// the time), each at least kSplitMinTiles tiles; spans of NORMSCAN_SPLIT_SPAN_TILES tiles
+// the time), each at least kSplitMinTiles tiles (kRereadTile's; the summing kernel walks its
+// part in tiles of its own, kSplitSumTile); spans of NORMSCAN_SPLIT_SPAN_TILES tiles
 // scaling it, one block each. KernelBench 37 (one row of 1.9e9 floats): contiguous chunks a
 // summing block 9.00 ms, interleaved tiles 7.69; spans of 64, 16, 4, 2 and 1 tiles 7.70,
 // 7.61, 7.46, 7.41 and 7.375 ms (torch.compile 7.37). A grouped op's scaling block looks up
