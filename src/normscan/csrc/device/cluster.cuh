@@ -52,35 +52,48 @@ __device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
 // slot in block r, completing its bytes on r's barrier (st_async: no fence, so the value does
 // not wait for the block's earlier stores to global memory, as a released arrival did:
 // NOTES.md "Cluster exchanges"); a block waits only for its own barrier (every value in) and
-// each warp combines the slots as cluster_reduce does, the same on every block. Two rounds'
-// slots alternate: no block can be two rounds ahead of another, since a round needs every
-// block's value, given before that block reads the round before (the caller's block barrier
-// between, as in block_group_reduce). In shared memory; init() by every thread, then a
-// cluster barrier before the first round. N: the most blocks a cluster has.
-template <typename A, int N = kMaxPortableCluster> struct ClusterRounds {
+// each warp combines the slots as cluster_reduce does, the same on every block. ROUNDS
+// rounds' slots take turns. reduce() posts a round and takes it: no block can be two rounds
+// ahead of another, since a round needs every block's value, given before that block reads
+// the round before (the caller's block barrier between, as in block_group_reduce), so two
+// suffice. A caller that posts round r + 1 before it takes round r (post(), then take())
+// lets a block run three rounds ahead of a slot's last reader: four. In shared memory;
+// init() by every thread, then a cluster barrier before the first round. N: the most blocks
+// a cluster has.
+template <typename A, int N = kMaxPortableCluster, int ROUNDS = 2> struct ClusterRounds {
   static_assert(N <= 32, "a rank a lane");
+  static_assert(ROUNDS > 0 && (ROUNDS & (ROUNDS - 1)) == 0, "a power of two");
   // A value's slot, aligned for st_async's widest store of it (12 bytes: 8 and then 4).
   struct alignas(sizeof(A) <= 8 ? sizeof(A) : 16) Slot {
     A v;
   };
-  Slot value[2][N];
-  uint64_t full[2];
+  Slot value[ROUNDS][N];
+  uint64_t full[ROUNDS];
 
   __device__ __forceinline__ void init() {
     if (threadIdx.x == 0) {
-      mbarrier_init(&full[0], 1);  // thread 0's arrival, with the bytes to come
-      mbarrier_init(&full[1], 1);
+#pragma unroll
+      for (int p = 0; p < ROUNDS; ++p) mbarrier_init(&full[p], 1);  // thread 0's arrival, with the bytes to come
       mbarrier_init_fence_cluster();
     }
   }
-  template <typename Op>
-  __device__ __forceinline__ A reduce(A v, int csize, int crank, unsigned round) {
-    const int p = round & 1;
+  // This block's v, every thread's, into round `round`'s slot of each block.
+  __device__ __forceinline__ void post(A v, int csize, int crank, unsigned round) {
+    const int p = round % ROUNDS;
     if (threadIdx.x == 0) mbarrier_arrive_expect_tx(&full[p], csize * sizeof(A));
     if (threadIdx.x < csize) st_async(&value[p][crank].v, &full[p], threadIdx.x, v);
-    mbarrier_wait_cluster(&full[p], (round >> 1) & 1);
+  }
+  // Op over round `round`'s values, once every block's is in.
+  template <typename Op> __device__ __forceinline__ A take(int csize, unsigned round) {
+    const int p = round % ROUNDS;
+    mbarrier_wait_cluster(&full[p], (round / ROUNDS) & 1);
     const int lane = threadIdx.x % 32;
     return warp_reduce<Op>(lane < csize ? value[p][lane].v : Op::template identity<A>());
+  }
+  template <typename Op>
+  __device__ __forceinline__ A reduce(A v, int csize, int crank, unsigned round) {
+    post(v, csize, crank, round);
+    return take<Op>(csize, round);
   }
 };
 #endif

@@ -17,7 +17,9 @@
 // bits. Elsewhere (backward_dispatch.cuh) a block (cluster) takes one row group, loaded
 // straight into registers. The long rows' configuration (IN_SMEM) copies each row in one
 // stage and reads it from shared memory on each pass, its weight kept there too: twice
-// the vectors a thread that registers hold.
+// the vectors a thread that registers hold. A pipelined cluster (PIPELINE, for ops of one
+// exchange a row) posts a row's sums and scales the row before it while they travel, so
+// that a cluster's blocks may run a row apart: its rows are read from their stages.
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
@@ -46,17 +48,22 @@ template <typename T> struct ReduceScaleBackwardArgs {
 // IN_SMEM: rows of 16-byte vectors are read from shared memory on each pass, not held in
 // registers (then one stage stages them too).
 // MAX_CLUSTER: the most blocks a cluster of it (CLUSTER) has.
+// PIPELINE: a cluster's row is scaled after the next row's sums are posted (staged rows of an
+// op with one exchange a row; the others ignore it): STAGES holds that row, the one summed
+// and STAGES - 2 on their way. STAGES_16: STAGES for 16-bit rows.
 template <int BLOCK, int TPR, int NV, int MINB, int STAGES, bool CLUSTER = false, bool PERSISTENT = true,
-          bool IN_SMEM = false, int MAX_CLUSTER = kMaxPortableCluster>
+          bool IN_SMEM = false, int MAX_CLUSTER = kMaxPortableCluster, bool PIPELINE = false, int STAGES_16 = STAGES>
 struct BackwardRowsConfig {
-  static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kVecs = NV, kMinBlocks = MINB, kStages = STAGES;
+  static constexpr int kBlock = BLOCK, kThreadsPerRow = TPR, kVecs = NV, kMinBlocks = MINB;
+  template <typename T> static __host__ __device__ constexpr int stages() { return sizeof(T) == 2 ? STAGES_16 : STAGES; }
   static constexpr int kGroups = BLOCK / TPR;  // rows a block holds at once
   static constexpr bool kCluster = CLUSTER, kPersistent = PERSISTENT, kRowsInSmem = IN_SMEM;
+  static constexpr bool kPipeline = CLUSTER && PERSISTENT && PIPELINE;
   static constexpr int kMaxCluster = CLUSTER ? MAX_CLUSTER : 1;
   static constexpr int64_t kVecsPerBlock = int64_t(TPR) * NV;  // of one row
   // Staged: rows of 16-byte vectors (others load straight into registers).
   template <typename T, int V> static __host__ __device__ constexpr bool staged() {
-    return (STAGES > 1 || IN_SMEM) && sizeof(T) * V == 16;
+    return (stages<T>() > 1 || IN_SMEM) && sizeof(T) * V == 16;
   }
   // The weight kept in shared memory past the stages (its registers spilled beside the
   // long rows' dw: NOTES.md).
@@ -66,10 +73,10 @@ struct BackwardRowsConfig {
   // Dynamic shared memory: the stages of x and g (and the weight), or the row groups' dw
   // sums at the end.
   template <typename T, int V, bool WEIGHTED> static constexpr size_t smem_bytes() {
-    const size_t stages =
-        staged<T, V>() ? size_t(STAGES * 2 + weight_in_smem<T, V, WEIGHTED>()) * NV * BLOCK * 16 : 0;
+    const size_t staging =
+        staged<T, V>() ? size_t(stages<T>() * 2 + weight_in_smem<T, V, WEIGHTED>()) * NV * BLOCK * 16 : 0;
     const size_t sums = WEIGHTED && kGroups > 1 ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
-    return stages > sums ? stages : sums;
+    return staging > sums ? staging : sums;
   }
 };
 
@@ -80,16 +87,19 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   constexpr int BLOCK = Cfg::kBlock, TPR = Cfg::kThreadsPerRow, NV = Cfg::kVecs, GROUPS = Cfg::kGroups;
   constexpr int WARPS_PER_ROW = TPR / 32;
   constexpr bool STAGED = Cfg::template staged<T, V>();
-  constexpr int STAGES = STAGED ? Cfg::kStages : 1;
+  constexpr int STAGES = STAGED ? Cfg::template stages<T>() : 1;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   static_assert(!Cfg::kCluster || (TPR == BLOCK && WARPS_PER_ROW > 1), "ClusterRounds needs a block barrier a round");
+  // A row scaled once the next one's sums are posted (one row group a block: a cluster's).
+  constexpr bool PIPELINED = Cfg::kPipeline && STAGED && !kShifted<Op>;
+  static_assert(!PIPELINED || STAGES >= 2, "the row scaled and the row summed");
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   using Gradient = typename Op::Gradient;
   // A centered op's staged rows are read from shared memory on each of their three passes,
   // not held in registers: beside the weight, dw and db, 16-bit rows of 4 vectors a thread
   // spilled at 128 registers (36-72 bytes).
-  constexpr bool ROWS_IN_SMEM = STAGED && (Op::kCentered || Cfg::kRowsInSmem);
+  constexpr bool ROWS_IN_SMEM = STAGED && (Op::kCentered || Cfg::kRowsInSmem || PIPELINED);
   // Each element's value (the softmaxes' exp) replaces x in its registers where T holds it
   // exactly: computed once, not again for dx.
   constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A) && !ROWS_IN_SMEM;
@@ -105,7 +115,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
-  __shared__ ClusterRounds<Sums, Cfg::kMaxCluster> cluster_sums;
+  __shared__ ClusterRounds<Sums, Cfg::kMaxCluster, PIPELINED ? 4 : 2> cluster_sums;
   __shared__ ClusterRounds<Shift, Cfg::kMaxCluster> cluster_shift;
   if (csize > 1) {
     cluster_sums.init();
@@ -178,6 +188,52 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     return ga;
   };
 
+  // Row `row`'s dx from its vectors (stage s, where read from shared memory), and its share
+  // of dw (db).
+  auto scale_row = [&](int64_t row, bool active, int s, const auto& xv, const auto& gv, A shift, const auto& coefs) {
+    T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (active && has(k)) {
+        VT xk, gk;
+        if constexpr (ROWS_IN_SMEM) {
+          xk = *slot(s, 0, k);
+          gk = *slot(s, 1, k);
+        } else {
+          xk = xv[k];
+          gk = gv[k];
+        }
+        const VT wk = w_at(k);
+        A out[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const A xa = Convert<T>::to_acc(xk.v[i]), ga = Convert<T>::to_acc(gk.v[i]);
+          const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
+          out[i] = Gradient::grad(v, weighted(ga, wk, i), coefs);
+          if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);
+          if constexpr (BIAS_GRAD) db[k][i] += ga;
+        }
+        if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
+        else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
+      }
+  };
+  // The pipelined row posted last: its row, whether it is one, its stage and its block's sums.
+  int64_t posted_row = 0;
+  bool posted_active = false;
+  int posted_stage = 0;
+  Sums posted_sums{A(0), A(0)};
+  // Scales the posted row of round `round` once its cluster's sums are in.
+  auto scale_posted = [&](unsigned round) {
+    if constexpr (PIPELINED) {
+      Sums sd = posted_sums;
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) sd = cluster_sums.template take<SumPairOp>(csize, round);
+#endif
+      const VT unused[NV]{};  // its rows are read from their stages
+      scale_row(posted_row, posted_active, posted_stage, unused, unused, A(0), Gradient::coefs(sd, n, a.eps));
+    }
+  };
+
   unsigned visit = 0;
   int stage = 0;
   // Every group of the block takes the loop's barriers: it runs while any group has a row.
@@ -186,9 +242,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     const bool active = row < a.view.outer;
     VT xv[NV], gv[NV];
     const int held = stage;  // this row's stage (staged rows)
+    // The stage the next rows' copies go to: the one held the visit before.
+    const int freed = stage == 0 ? STAGES - 1 : stage - 1;
     if constexpr (STAGED) {
-      stage_in(base + (STAGES - 1) * step, stage == 0 ? STAGES - 1 : stage - 1);
-      cp_async_wait_groups<STAGES - 1>();  // this row's copies have landed
+      // Pipelined, the stage held the visit before is freed only once that row is scaled.
+      if constexpr (!PIPELINED) stage_in(base + (STAGES - 1) * step, freed);
+      cp_async_wait_groups<PIPELINED ? STAGES - 2 : STAGES - 1>();  // this row's copies have landed
       if constexpr (!ROWS_IN_SMEM) {
 #pragma unroll
         for (int k = 0; k < NV; ++k)
@@ -266,30 +325,29 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       return Gradient::terms(v, gw);
     });
     sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(sd, warp_part[visit & 1], group * WARPS_PER_ROW, me);
+    if constexpr (PIPELINED) {
 #ifdef NORMSCAN_CLUSTERS
-    if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
+      if (csize > 1) cluster_sums.post(sd, csize, crank, visit);
 #endif
-    const auto coefs = [&] {
-      if constexpr (Op::kCentered) return Gradient::coefs(sd, first, n, a.eps);
-      else return Gradient::coefs(sd, n, a.eps);
-    }();
-    T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (active && has(k)) {
-        const VT xk = x_at(k), gk = g_at(k), wk = w_at(k);
-        A out[V];
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const A xa = Convert<T>::to_acc(xk.v[i]), ga = Convert<T>::to_acc(gk.v[i]);
-          const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
-          out[i] = Gradient::grad(v, weighted(ga, wk, i), coefs);
-          if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);
-          if constexpr (BIAS_GRAD) db[k][i] += ga;
-        }
-        if constexpr (V == 1) dxr[col(k)] = Convert<T>::from_acc(out[0]);
-        else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
-      }
+      if (visit > 0) scale_posted(visit - 1);
+      posted_row = row;
+      posted_active = active;
+      posted_stage = held;
+      posted_sums = sd;
+      stage_in(base + (STAGES - 1) * step, freed);
+    } else {
+#ifdef NORMSCAN_CLUSTERS
+      if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
+#endif
+      const auto coefs = [&] {
+        if constexpr (Op::kCentered) return Gradient::coefs(sd, first, n, a.eps);
+        else return Gradient::coefs(sd, n, a.eps);
+      }();
+      scale_row(row, active, held, xv, gv, shift, coefs);
+    }
+  }
+  if constexpr (PIPELINED) {
+    if (visit > 0) scale_posted(visit - 1);
   }
   // The block's row groups' sums added in group order, into the block's slot (its cluster's,
   // each block its own columns): dw, then db at n past it.

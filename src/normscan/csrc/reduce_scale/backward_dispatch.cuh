@@ -15,6 +15,15 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_STAGES  // rows a block has in shared memory or on their way (1: none)
 #define NORMSCAN_BACKWARD_STAGES 2
 #endif
+#ifndef NORMSCAN_BACKWARD_PIPELINE  // 1: a weighted op's clusters scale a row while the next one's sums travel
+#define NORMSCAN_BACKWARD_PIPELINE 1
+#endif
+#ifndef NORMSCAN_BACKWARD_PIPELINE_STAGES  // NORMSCAN_BACKWARD_STAGES of those clusters
+#define NORMSCAN_BACKWARD_PIPELINE_STAGES 3
+#endif
+#ifndef NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16  // the same for 16-bit rows on clusters of 256-thread blocks
+#define NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16 4
+#endif
 #ifndef NORMSCAN_BACKWARD_BLOCK  // threads a block (a row's) when a block or cluster holds a row
 #define NORMSCAN_BACKWARD_BLOCK 512
 #endif
@@ -66,6 +75,21 @@ template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
                                         CLUSTER>;
+// A weighted op's clusters: pipelined (backward.cuh), each row scaled while the next one's
+// sums cross the cluster, in 3 stages (the row scaled, the row summed, one on its way); 4
+// for 16-bit rows on 256-thread blocks (one a SM then). rms_norm + w backward alone, ms
+// (H100, 2026-11-27, tools/tune.py; not pipelined -> 3 stages -> 16-bit narrow blocks' 4):
+// fp32 4096x16384 0.290 -> 0.273, 2048x32768 0.302 -> 0.277, 1024x65536 0.297 -> 0.280;
+// bf16 2048x32768 0.171 -> 0.161 -> 0.152, 1024x65536 0.173 -> 0.161 -> 0.153 (fp32's narrow
+// blocks at 4 stages: 0.273 -> 0.276 and 0.277 -> 0.275).
+template <int BLOCK, int TPR, bool CLUSTER = false>
+using PipelinedRows = BackwardRowsConfig<
+    BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK,
+    NORMSCAN_BACKWARD_PIPELINE ? NORMSCAN_BACKWARD_PIPELINE_STAGES : NORMSCAN_BACKWARD_STAGES, CLUSTER, true, false,
+    kMaxPortableCluster, NORMSCAN_BACKWARD_PIPELINE,
+    !NORMSCAN_BACKWARD_PIPELINE ? NORMSCAN_BACKWARD_STAGES
+    : BLOCK == 256              ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16
+                                : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRowsPerGroup =
     BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
@@ -190,8 +214,8 @@ template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
                                    BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
-  using Weighted = CommonRungs<BackwardRows, Block, NarrowClusterRung<BackwardRows>, RegisterClusterRung<BackwardRows>,
-                               LongRung<false>>;
+  using Weighted = CommonRungs<BackwardRows, Block, NarrowClusterRung<PipelinedRows>,
+                               RegisterClusterRung<PipelinedRows>, LongRung<false>>;
   using Unweighted = std::conditional_t<
       Op::kMaxShifted, CommonRungs<BackwardRowsPerGroup, Block, LongRung<true>>,
       CommonRungs<BackwardRowsPerGroup, Block, RegisterClusterRung<BackwardRowsPerGroup>, LongRung<false>>>;
