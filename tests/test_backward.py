@@ -27,10 +27,11 @@ SIGN_OPS = [n for n in ROW_OPS if REGISTRY[n].functor in ("L2NormOp", "L1NormOp"
 # 16384 a cluster of 8, 32768 the long rows' cluster, which the softmaxes take past a block;
 # layer_norm's also 256 two warps, 1024 a block of 256 threads, 2048 a pair of them without
 # a weight, then the long rows' cluster; 16-bit with a weight clusters of 256-thread and then
-# 512-thread blocks, then a long rows' cluster of up to 16), odd ones (scalar kernels), and
-# past what a cluster holds.
-LENGTHS = [1, 3, 130, 512, 513, 1024, 2048, 2051, 4096, 8192, 8196, 32768, 32776, 65536, 65540, 131072, 131076,
-           262144, 262152]
+# 512-thread blocks, then a long rows' cluster of up to 16; 16-bit rms_norm with a weight a
+# cluster of two 256-thread blocks from 1025 vectors, 12296 a partly filled one), odd ones
+# (scalar kernels), and past what a cluster holds.
+LENGTHS = [1, 3, 130, 512, 513, 1024, 2048, 2051, 4096, 8192, 8196, 12296, 32768, 32776, 65536, 65540, 131072,
+           131076, 262144, 262152]
 LONG_VECS = 8 * 512 * 8  # vectors the long rows' cluster holds (csrc/reduce_scale/backward_dispatch.cuh)
 
 

@@ -184,6 +184,18 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
                                                                     stride, length, dw);
 }
 
+// A rung that takes only the rows more than one of its blocks hold (a cluster rung before a
+// block that holds them too).
+template <typename Cfg> struct PastOneBlock {};
+template <typename Rung> struct RungOf {
+  using Config = Rung;
+  static constexpr int64_t kMinBlocks = 1;
+};
+template <typename Cfg> struct RungOf<PastOneBlock<Cfg>> {
+  using Config = Cfg;
+  static constexpr int64_t kMinBlocks = 2;
+};
+
 // Calls f(plan) with the first of `rungs` that holds rows of nvec V-element vectors, with at
 // most max_cluster blocks a cluster, and a non-portable cluster size or more than 48 KB of
 // shared memory a block only where the device runs it (the long rows' 192 KB exceed an
@@ -191,10 +203,10 @@ inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t st
 // called).
 template <typename T, typename Op, int V, bool WEIGHTED, typename F, typename... Cfgs>
 inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, cudaError_t* err, F&& f) {
-  const auto holds = [&](auto cfg) {
-    using Cfg = decltype(cfg);
+  const auto holds = [&](auto rung) {
+    using Cfg = typename RungOf<decltype(rung)>::Config;
     const int64_t blocks = nvec > 0 ? ceil_div(nvec, Cfg::kVecsPerBlock) : 1;  // empty rows: a block of the first
-    if (blocks > min64(max_cluster, Cfg::kMaxCluster)) return false;
+    if (blocks > min64(max_cluster, Cfg::kMaxCluster) || blocks < RungOf<decltype(rung)>::kMinBlocks) return false;
     const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED> plan{static_cast<int>(blocks)};
     if (blocks > kMaxPortableCluster || plan.kSmem > 48 * 1024) {
       int64_t fit = 0;
@@ -214,8 +226,15 @@ template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
                                    BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
-  using Weighted = CommonRungs<BackwardRows, Block, NarrowClusterRung<PipelinedRows>,
-                               RegisterClusterRung<PipelinedRows>, LongRung<false>>;
+  // 16-bit rows of vectors past a narrow block (1025-2048 vectors) take the narrow clusters
+  // before the widest block: rms_norm + w bf16 4096x16384 0.158 -> 0.151 ms (H100, tools/tune.py,
+  // backward alone); fp32 rows of 2048 vectors lost so (8192x8192 0.277 -> 0.279), and rows of
+  // one narrow block more (bf16 8192x8192 0.145 -> 0.148, fp32 32768x4096 0.549 -> 0.554).
+  using Narrow = NarrowClusterRung<PipelinedRows>;
+  using Weighted = std::conditional_t<
+      (sizeof(T) == 2 && V > 1),
+      CommonRungs<BackwardRows, PastOneBlock<Narrow>, Block, RegisterClusterRung<PipelinedRows>, LongRung<false>>,
+      CommonRungs<BackwardRows, Block, Narrow, RegisterClusterRung<PipelinedRows>, LongRung<false>>>;
   using Unweighted = std::conditional_t<
       Op::kMaxShifted, CommonRungs<BackwardRowsPerGroup, Block, LongRung<true>>,
       CommonRungs<BackwardRowsPerGroup, Block, RegisterClusterRung<BackwardRowsPerGroup>, LongRung<false>>>;
