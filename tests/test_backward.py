@@ -120,10 +120,11 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
 def test_fused_gradients_of_many_rows_a_block(name, dtype):
-    """Each kernel (a warp, four warps, a block and a cluster of 2 a row, the long rows'
-    cluster of 8; layer_norm's two warps and block, then fp32's long rows (a block of them,
-    and 8), 16-bit's clusters of 2 and 4 and long rows' cluster of 16) visiting several rows a
-    block: rows staged ahead past the first ones, and dw (db) summed over every visit."""
+    """Each kernel (rms_norm's warp, four warps, block, pipelined clusters of 256-thread blocks
+    (16-bit's 2048 vectors a cluster of 2, 4096 of 4) and the long rows' cluster of 8;
+    layer_norm's two warps and block, then fp32's long rows (a block of them, and 8), 16-bit's
+    clusters of 2 and 4 and long rows' cluster of 16) visiting several rows a block: rows
+    staged ahead past the first ones, and dw (db) summed over every visit."""
     spec = REGISTRY[name]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     v = 16 // torch.empty((), dtype=dtype).element_size()
