@@ -188,22 +188,19 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     return ga;
   };
 
-  // Row `row`'s dx from its vectors (stage s, where read from shared memory), and its share
-  // of dw (db).
+  // This thread's vector k of a row's x (j 0) or g (1): from its stage s where rows are read
+  // from shared memory, else from its registers held.
+  auto vec_at = [&](int s, int j, int k, const auto& held) -> VT {
+    if constexpr (ROWS_IN_SMEM) return *slot(s, j, k);
+    else return held[k];
+  };
+  // Row `row`'s dx from its vectors (stage s or xv and gv), and its share of dw (db).
   auto scale_row = [&](int64_t row, bool active, int s, const auto& xv, const auto& gv, A shift, const auto& coefs) {
     T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
-        VT xk, gk;
-        if constexpr (ROWS_IN_SMEM) {
-          xk = *slot(s, 0, k);
-          gk = *slot(s, 1, k);
-        } else {
-          xk = xv[k];
-          gk = gv[k];
-        }
-        const VT wk = w_at(k);
+        const VT xk = vec_at(s, 0, k, xv), gk = vec_at(s, 1, k, gv), wk = w_at(k);
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
@@ -217,20 +214,18 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
       }
   };
-  // The pipelined row posted last: its row, whether it is one, its stage and its block's sums.
-  int64_t posted_row = 0;
-  bool posted_active = false;
-  int posted_stage = 0;
+  // The pipelined block's sums of the row it posted last (its cluster's, once taken).
   Sums posted_sums{A(0), A(0)};
-  // Scales the posted row of round `round` once its cluster's sums are in.
-  auto scale_posted = [&](unsigned round) {
+  // Scales row `row`, posted in round `round` from stage s, once its cluster's sums are in (a
+  // cluster holds one row a visit and visits rows only: it is active).
+  auto scale_posted = [&](unsigned round, int64_t row, int s) {
     if constexpr (PIPELINED) {
       Sums sd = posted_sums;
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) sd = cluster_sums.template take<SumPairOp>(csize, round);
 #endif
       const VT unused[NV]{};  // its rows are read from their stages
-      scale_row(posted_row, posted_active, posted_stage, unused, unused, A(0), Gradient::coefs(sd, n, a.eps));
+      scale_row(row, true, s, unused, unused, A(0), Gradient::coefs(sd, n, a.eps));
     }
   };
 
@@ -267,14 +262,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         }
     }
     // This thread's vector k of the row, of x and of g.
-    auto x_at = [&](int k) -> VT {
-      if constexpr (ROWS_IN_SMEM) return *slot(held, 0, k);
-      else return xv[k];
-    };
-    auto g_at = [&](int k) -> VT {
-      if constexpr (ROWS_IN_SMEM) return *slot(held, 1, k);
-      else return gv[k];
-    };
+    auto x_at = [&](int k) { return vec_at(held, 0, k, xv); };
+    auto g_at = [&](int k) { return vec_at(held, 1, k, gv); };
     A shift = A(0);
     if constexpr (Op::kMaxShifted) {
       A m = CompareMaxOp::identity<A>();
@@ -329,10 +318,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) cluster_sums.post(sd, csize, crank, visit);
 #endif
-      if (visit > 0) scale_posted(visit - 1);
-      posted_row = row;
-      posted_active = active;
-      posted_stage = held;
+      if (visit > 0) scale_posted(visit - 1, row - step, freed);
       posted_sums = sd;
       stage_in(base + (STAGES - 1) * step, freed);
     } else {
@@ -347,7 +333,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     }
   }
   if constexpr (PIPELINED) {
-    if (visit > 0) scale_posted(visit - 1);
+    if (visit > 0) scale_posted(visit - 1, first + (visit - 1) * step, stage == 0 ? STAGES - 1 : stage - 1);
   }
   // The block's row groups' sums added in group order, into the block's slot (its cluster's,
   // each block its own columns): dw, then db at n past it.
