@@ -55,6 +55,8 @@ CASES = {
                                                  (8192, 32768), "bfloat16"),
     "backward rms+w bf16 (1024, 65536)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (1024, 65536),
                                           "bfloat16"),
+    "backward rms+w bf16 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (4096, 16384),
+                                          "bfloat16"),
     "backward rms+w fp32 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (4096, 16384),
                                           "float32"),
 }

@@ -40,6 +40,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait_groups() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Programmatic dependent launch (sm_90; nothing before it): allow_next_grid() lets a kernel
+// launched `early` after this one (launch_config) start its blocks now, beside this one's;
+// wait_for_prior_grid(), in that kernel, returns once the kernel before it has ended and its
+// writes are visible.
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // A shared-memory barrier (mbarrier) that a subset of the block's threads arrive on and
 // any thread may wait for, while the rest of the block goes on: a phase completes when
 // `count` arrivals are in. Arriving releases this thread's earlier shared-memory writes to

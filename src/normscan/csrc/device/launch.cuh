@@ -60,25 +60,32 @@ inline cudaError_t resident_blocks(Kernel kernel, int threads, size_t smem, int6
 enum class Grid { PerUnit, Persistent, Cooperative };
 
 // A launch of `threads` threads a block, `smem` bytes of dynamic shared memory and
-// clusters of `cluster` blocks, or cooperative; attr is its storage for the attribute.
+// clusters of `cluster` blocks, or cooperative; attr is its storage for the attributes (two).
+// early: the kernel's blocks may start before the kernel before it in the stream has ended
+// (programmatic dependent launch, sm_90): it calls wait_for_prior_grid() before reading
+// anything that kernel wrote.
 inline cudaLaunchConfig_t launch_config(dim3 threads, int cluster, size_t smem, cudaStream_t stream,
-                                        cudaLaunchAttribute* attr, bool cooperative = false) {
+                                        cudaLaunchAttribute* attr, bool cooperative = false, bool early = false) {
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = threads;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
+  cfg.attrs = attr;
   if (cluster > 1) {
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = cluster;
-    attr->val.clusterDim.y = 1;
-    attr->val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs].val.clusterDim.x = cluster;
+    attr[cfg.numAttrs].val.clusterDim.y = 1;
+    attr[cfg.numAttrs].val.clusterDim.z = 1;
+    ++cfg.numAttrs;
   } else if (cooperative) {
-    attr->id = cudaLaunchAttributeCooperative;
-    attr->val.cooperative = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+    attr[cfg.numAttrs].val.cooperative = 1;
+    ++cfg.numAttrs;
+  }
+  if (early) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
   }
   return cfg;
 }
@@ -117,7 +124,7 @@ inline cudaError_t resident_units(dim3 threads, int cluster, size_t smem, int64_
       if (cluster == 1) {
         err = resident_blocks(kernel, static_cast<int>(threads.x * threads.y * threads.z), smem, &n);
       } else {
-        cudaLaunchAttribute attr[1];
+        cudaLaunchAttribute attr[2];
         cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, nullptr, attr);
         cfg.gridDim = dim3(cluster, 1, 1);
         int c = 0;
@@ -143,21 +150,26 @@ inline cudaError_t grid_units(Grid grid, dim3 threads, int cluster, int64_t unit
 }
 
 // Launch `kernel` with `threads` threads per block and `smem` bytes of dynamic shared
-// memory (fixed per kernel) over `units` units of `cluster` blocks.
+// memory (fixed per kernel) over `units` units of `cluster` blocks; early: see launch_config.
 template <auto kernel, typename... Args>
-inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
-                                const Args&... args) {
+inline cudaError_t launch_units_as(Grid grid, bool early, dim3 threads, int cluster, int64_t units, size_t smem,
+                                   cudaStream_t stream, const Args&... args) {
   int64_t launched = 0;
   cudaError_t err = grid_units<kernel>(grid, threads, cluster, units, smem, &launched);
   if (err != cudaSuccess) return err;
-  cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, stream, attr, grid == Grid::Cooperative);
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg = launch_config(threads, cluster, smem, stream, attr, grid == Grid::Cooperative, early);
   cfg.gridDim = dim3(static_cast<unsigned>(launched * cluster), 1, 1);
   err = cudaLaunchKernelEx(&cfg, kernel, args...);
   // A launch refused for its configuration also leaves the error for the next check to
   // find: take it, so that only this call reports it.
   const cudaError_t last = cudaGetLastError();
   return err != cudaSuccess ? err : last;
+}
+template <auto kernel, typename... Args>
+inline cudaError_t launch_units(Grid grid, dim3 threads, int cluster, int64_t units, size_t smem, cudaStream_t stream,
+                                const Args&... args) {
+  return launch_units_as<kernel>(grid, false, threads, cluster, units, smem, stream, args...);
 }
 
 }  // namespace normscan

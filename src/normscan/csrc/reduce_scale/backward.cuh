@@ -84,6 +84,9 @@ struct BackwardRowsConfig {
 template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED>
 __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks + 1) / 2 : Cfg::kMinBlocks)
     reduce_scale_backward_rows_kernel(ReduceScaleBackwardArgs<T> a) {
+  // The weight's sums (reduce_scale_dw_sum_kernel, launched early) may take their places
+  // beside this grid's blocks now: they wait for its end, not for their launch.
+  if constexpr (WEIGHTED) allow_next_grid();
   constexpr int BLOCK = Cfg::kBlock, TPR = Cfg::kThreadsPerRow, NV = Cfg::kVecs, GROUPS = Cfg::kGroups;
   constexpr int WARPS_PER_ROW = TPR / 32;
   constexpr bool STAGED = Cfg::template staged<T, V>();
@@ -392,6 +395,7 @@ __global__ void __launch_bounds__(COLS * LANES)
     reduce_scale_dw_sum_kernel(const acc_t<T>* part, int64_t slots, int64_t stride, int64_t length, T* dw) {
   __shared__ double lanes[LANES][COLS];
   const int c = threadIdx.x % COLS, lane = threadIdx.x / COLS;
+  wait_for_prior_grid();  // the backward kernel's partial sums
   for (int64_t first = blockIdx.x * int64_t(COLS); first < length; first += gridDim.x * int64_t(COLS)) {
     const int64_t col = first + c;
     double sum = 0;

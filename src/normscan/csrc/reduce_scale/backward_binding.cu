@@ -57,7 +57,7 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
           for (int j = 0; j < (bias_grad ? sums_each : 1); ++j) {
             params.push_back(at::detail::empty_cuda({v.length}, weight->options()));
             check_cuda(launch_dw_sum<T>(a.dw_part + j * v.length, part.size(0), sums, v.length,
-                                        mutable_data<T>(params.back()), stream),
+                                        mutable_data<T>(params.back()), d.major >= 9, stream),
                        "summing the weight gradient's partial sums");
           }
         }

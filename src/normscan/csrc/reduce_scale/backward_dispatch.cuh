@@ -173,15 +173,17 @@ template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct Ba
 };
 
 // dw from the slots of dw_part, rows `stride` apart (reduce_scale_dw_sum_kernel): 32 columns
-// of 8 lanes a block.
+// of 8 lanes a block. early (sm_90): launched while the backward kernel before it still runs,
+// its blocks waiting for that kernel's end where they fit beside it: the launch's latency
+// hidden.
 template <typename T>
 inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t stride, int64_t length, T* dw,
-                                 cudaStream_t stream) {
+                                 bool early, cudaStream_t stream) {
   constexpr int kCols = 32, kLanes = 8;
   if (length == 0) return cudaSuccess;
-  return launch_units<reduce_scale_dw_sum_kernel<T, kCols, kLanes>>(Grid::PerUnit, dim3(kCols * kLanes), 1,
-                                                                    ceil_div(length, kCols), 0, stream, part, slots,
-                                                                    stride, length, dw);
+  return launch_units_as<reduce_scale_dw_sum_kernel<T, kCols, kLanes>>(
+      Grid::PerUnit, early, dim3(kCols * kLanes), 1, ceil_div(length, kCols), 0, stream, part, slots, stride, length,
+      dw);
 }
 
 // A rung that takes only the rows more than one of its blocks hold (a cluster rung before a
