@@ -358,6 +358,39 @@ def test_cumprod_backward_runs_in_a_cuda_graph():
     assert torch.equal(captured, expected)
 
 
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_weighted_backward_runs_in_a_cuda_graph(name):
+    """The weight's (and bias's) sums follow the backward kernel launched early (programmatic
+    dependent launch on sm_90): captured in a CUDA graph, forward and backward replay to
+    eager's bits, after the inputs changed."""
+    n = 4096
+    x = torch.randn(300, n, device="cuda").requires_grad_()
+    g = torch.randn(300, n, device="cuda")
+    params = [(torch.rand(n, device="cuda") + 0.5).requires_grad_()]
+    if name == "layer_norm":
+        params.append(torch.randn(n, device="cuda").requires_grad_())
+
+    def grads():
+        y = normscan.rms_norm(x, 1, 1e-5, params[0]) if name == "rms_norm" else \
+            normscan.layer_norm(x, (n,), *params)
+        return torch.autograd.grad(y, [x, *params], g)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the capture (the builds, the allocator)
+        grads()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = grads()
+    with torch.no_grad():
+        x.mul_(-0.5).add_(1)
+        params[0].mul_(2)
+    expected = grads()
+    graph.replay()
+    for c, e in zip(captured, expected):
+        assert torch.equal(c, e)
+
+
 @pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_cumsum_gradient_is_the_reverse_scan(flags, dim):
