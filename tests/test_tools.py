@@ -2,6 +2,7 @@
 tools/kernelbench_eval.py checks; tools/ncu_probe.py's programs."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -50,6 +51,24 @@ def test_tune_main_starts_one_build_a_variant(monkeypatch):
     assert tune.main(["", "-DNORMSCAN_SCAN_VECS=8"], build_only=True) == 0
     assert [c[-1] for c in started] == ["", "-DNORMSCAN_SCAN_VECS=8"]
     assert f"[('scan', {REGISTRY['cumprod'].op_id})]" in started[0][2]
+
+
+def test_tune_variant_of_another_tree_imports_its_sources(monkeypatch, tmp_path):
+    """A variant "@TREE FLAGS" builds and times TREE's src/ with FLAGS; the others this tree's."""
+    started = []
+
+    class Proc:
+        def __init__(self, command, env):
+            started.append((command[-1], env["PYTHONPATH"].split(os.pathsep)[0]))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setenv("NORMSCAN_TUNE_CASES", "90_cumprod")
+    monkeypatch.setattr(tune.subprocess, "Popen", Proc)
+    assert tune.main(["", f"@{tmp_path} -DNORMSCAN_SCAN_VECS=8"], build_only=True) == 0
+    root = Path(tune.__file__).resolve().parent.parent
+    assert started == [("", str(root / "src")), ("-DNORMSCAN_SCAN_VECS=8", str(tmp_path.resolve() / "src"))]
 
 
 def test_kernelbench_eval_runs_the_checkouts_checker_on_each_exported_file(tmp_path, monkeypatch, capsys):

@@ -9,6 +9,9 @@ entries (the KernelBench problems and the sweeps, ours alone) with each.
     NORMSCAN_TUNE_TRAINING=backward python tools/tune.py ...   (the training entries instead, in this mode:
                                                                 backward, or forward+backward)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
+    python tools/tune.py "" "@.cut/base" "@.cut/base -DNORMSCAN_HELD=0"   (a variant "@TREE [FLAGS]":
+                                            another checkout's src/, e.g. `git archive HEAD~1 src` into
+                                            an ignored folder: source changes timed beside each other)
 
 Every variant builds at once (in one cache, each build's folder named by a hash of its
 flags); then each is timed in its own process (median of CUDA events over rotating inputs),
@@ -86,6 +89,17 @@ def builds(only: list[str], training: str) -> list[tuple[str, int]]:
     return builds_of(selected_entries(only, training), bool(training))
 
 
+def variant_env(variant: str, env: dict, root: Path) -> tuple[dict, str]:
+    """A variant's environment and flags: "[@TREE] [FLAGS]", TREE a checkout whose src/ its
+    processes import instead of this one's (the sources are part of a build's cache key, so
+    the trees' builds share the cache)."""
+    if not variant.startswith("@"):
+        return env, variant
+    tree, _, flags = variant[1:].partition(" ")
+    paths = [str(Path(tree).resolve() / "src"), str(root / "tools")]
+    return dict(env, PYTHONPATH=os.pathsep.join(paths)), flags.strip()
+
+
 def main(variants: list[str], build_only: bool = False) -> int:
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(root / "tools")]))
@@ -97,22 +111,23 @@ def main(variants: list[str], build_only: bool = False) -> int:
     # them. Builds share one cache, where a build's folder is named by a hash of its flags.
     sys.path.insert(0, str(root / "src"))
     load = LOAD.format(builds=builds(only, training), tuned=tuned)
-    procs = [subprocess.Popen([sys.executable, "-c", load, flags], env=env) for flags in variants]
+    runs = [variant_env(v, env, root) for v in variants]
+    procs = [subprocess.Popen([sys.executable, "-c", load, flags], env=venv) for venv, flags in runs]
     for proc in procs:
         if proc.wait() != 0:
             return 1
     if build_only:
         return 0
     rows = []
-    for flags in variants:
+    for variant, (venv, flags) in zip(variants, runs):
         rounds = os.environ.get("NORMSCAN_TUNE_ROUNDS", "3")
-        run = subprocess.run([sys.executable, "-c", load + TIMING, flags, rounds, training, *only], env=env,
+        run = subprocess.run([sys.executable, "-c", load + TIMING, flags, rounds, training, *only], env=venv,
                              capture_output=True, text=True)
         line = next((l for l in run.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
             print(run.stdout[-3000:], run.stderr[-3000:])
             return 1
-        rows.append((flags or "(defaults)", json.loads(line[7:])))
+        rows.append((variant or "(defaults)", json.loads(line[7:])))
     for flags, res in rows:
         copy = res.pop("copy_gbs")
         print(f"{flags} (copy {copy:.0f} GB/s)")
