@@ -14,7 +14,7 @@ entries (the KernelBench problems and the sweeps, ours alone) with each.
                                             an ignored folder: source changes timed beside each other)
 
 Every variant builds at once (in one cache, each build's folder named by a hash of its
-flags); then each is timed in its own process (median of CUDA events over rotating inputs),
+sources and flags); then each is timed in its own process (median of CUDA events over rotating inputs),
 with the device copy rate alongside, in NORMSCAN_TUNE_ROUNDS rounds (default 3) of fresh allocations: the rounds' spread is the
 noise any difference between variants must exceed.
 
@@ -108,7 +108,7 @@ def main(variants: list[str], build_only: bool = False) -> int:
     only = os.environ.get("NORMSCAN_TUNE_CASES", "").split()
     training = os.environ.get("NORMSCAN_TUNE_TRAINING", "")
     # Each variant's flags apply to the tuned extensions; the others are built once, without
-    # them. Builds share one cache, where a build's folder is named by a hash of its flags.
+    # them. Builds share one cache, where a build's folder is named by a hash of its sources and flags.
     sys.path.insert(0, str(root / "src"))
     load = LOAD.format(builds=builds(only, training), tuned=tuned)
     runs = [variant_env(v, env, root) for v in variants]
