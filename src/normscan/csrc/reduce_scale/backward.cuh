@@ -17,10 +17,9 @@
 // bits. Elsewhere (backward_dispatch.cuh) a block (cluster) takes one row group, loaded
 // straight into registers. The long rows' configuration (IN_SMEM) copies each row in one
 // stage and reads it from shared memory on each pass, its weight kept there too: twice
-// the vectors a thread that registers hold. A pipelined cluster (PIPELINE) posts a row's sums
-// and scales an earlier row while they travel, so that a cluster's blocks may run rows apart:
-// the norms' row before (one exchange a row), a centered op's two rows before (the mean's sums
-// posted for row v, the sums about the mean for row v-1); its rows are read from their stages.
+// the vectors a thread that registers hold. A pipelined cluster (PIPELINE, for ops of one
+// exchange a row) posts a row's sums and scales the row before it while they travel, so
+// that a cluster's blocks may run a row apart: its rows are read from their stages.
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
@@ -94,12 +93,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   constexpr int STAGES = STAGED ? Cfg::template stages<T>() : 1;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   static_assert(!Cfg::kCluster || (TPR == BLOCK && WARPS_PER_ROW > 1), "ClusterRounds needs a block barrier a round");
-  // A row scaled DEPTH visits after it was summed, once later rows' sums are posted (one row
-  // group a block: a cluster's): the norms' one exchange a row, a centered op's two (its
-  // mean's sums, then those about the mean).
-  constexpr bool PIPELINED = Cfg::kPipeline && STAGED && !Op::kMaxShifted;
-  constexpr int DEPTH = Op::kCentered ? 2 : 1;
-  static_assert(!PIPELINED || STAGES > DEPTH, "the rows scaled, summed and between");
+  // A row scaled once the next one's sums are posted (one row group a block: a cluster's).
+  constexpr bool PIPELINED = Cfg::kPipeline && STAGED && !kShifted<Op>;
+  static_assert(!PIPELINED || STAGES >= 2, "the row scaled and the row summed");
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   using Gradient = typename Op::Gradient;
@@ -123,7 +119,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
   __shared__ ClusterRounds<Sums, Cfg::kMaxCluster, PIPELINED ? 4 : 2> cluster_sums;
-  __shared__ ClusterRounds<Shift, Cfg::kMaxCluster, PIPELINED ? 4 : 2> cluster_shift;
+  __shared__ ClusterRounds<Shift, Cfg::kMaxCluster> cluster_shift;
   if (csize > 1) {
     cluster_sums.init();
     if constexpr (kShifted<Op>) cluster_shift.init();
@@ -164,11 +160,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     }
     cp_async_commit();
   };
-  // Rows a pipelined block holds past the one it sums: those still to be scaled.
-  constexpr int BEHIND = PIPELINED ? DEPTH : 1;
   if constexpr (STAGED) {
 #pragma unroll
-    for (int s = 0; s + BEHIND < STAGES; ++s) stage_in(first + s * step, s);
+    for (int s = 0; s + 1 < STAGES; ++s) stage_in(first + s * step, s);
   }
   VT wv[NV];  // this thread's weight vectors (unused without one, or where kept in shared memory)
   A dw[NV][V];
@@ -226,64 +220,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // The pipelined block's sums of the row it posted last (its cluster's, once taken).
   Sums posted_sums{A(0), A(0)};
   // Scales row `row`, posted in round `round` from stage s, once its cluster's sums are in (a
-  // cluster holds one row a visit and visits rows only: it is active); a centered op's about
-  // its mean, `shift`, with its mean's sums.
-  auto scale_posted = [&](unsigned round, int64_t row, int s, A shift, Sums mean_sums) {
+  // cluster holds one row a visit and visits rows only: it is active).
+  auto scale_posted = [&](unsigned round, int64_t row, int s) {
     if constexpr (PIPELINED) {
       Sums sd = posted_sums;
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) sd = cluster_sums.template take<SumPairOp>(csize, round);
 #endif
       const VT unused[NV]{};  // its rows are read from their stages
-      const auto coefs = [&] {
-        if constexpr (Op::kCentered) return Gradient::coefs(sd, mean_sums, n, a.eps);
-        else return Gradient::coefs(sd, n, a.eps);
-      }();
-      scale_row(row, true, s, unused, unused, shift, coefs);
+      scale_row(row, true, s, unused, unused, A(0), Gradient::coefs(sd, n, a.eps));
     }
-  };
-  // A pipelined centered op's rows: the two sums of pair(x, g * w) over this thread's vectors
-  // of the row in stage s;
-  auto staged_sums = [&](int s, auto pair) {
-    Sums sum{A(0), A(0)};
-#pragma unroll
-    for (int k = 0; k < NV; ++k)
-      if (has(k)) {
-        const VT xk = *slot(s, 0, k), gk = *slot(s, 1, k), wk = w_at(k);
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const Sums t = pair(Convert<T>::to_acc(xk.v[i]), weighted(Convert<T>::to_acc(gk.v[i]), wk, i));
-          sum.a += t.a;
-          sum.b += t.b;
-        }
-      }
-    return sum;
-  };
-  // the mean's sums the block posted last (its own: those of an unclustered block) and that
-  // row's pilot (its first element); the mean and mean's sums of the row two visits back;
-  Sums mean_posted{A(0), A(0)}, mean_sums_back2{A(0), A(0)};
-  A pilot_posted = A(0), mean_back2 = A(0);
-  // the cluster's mean's sums of round `round`.
-  auto take_mean_sums = [&](unsigned round) {
-    Sums m = mean_posted;
-#ifdef NORMSCAN_CLUSTERS
-    if constexpr (Op::kCentered) {
-      if (csize > 1) m = cluster_shift.template take<SumPairOp>(csize, round);
-    }
-#endif
-    return m;
-  };
-  // The row posted in round `round` (stage s): its mean's sums taken (*m), its sums about the
-  // mean (*sd, reduced in warp_part[parity]) posted; returns its mean.
-  auto post_centered = [&](unsigned round, int s, int parity, Sums* m, Sums* sd) {
-    *m = take_mean_sums(round);
-    const A mean = pilot_posted + m->a / A(n);
-    *sd = staged_sums(s, [&](A x, A gw) { return Gradient::terms(x - mean, gw); });
-    *sd = block_group_reduce<SumPairOp, WARPS_PER_ROW>(*sd, warp_part[parity], group * WARPS_PER_ROW, me);
-#ifdef NORMSCAN_CLUSTERS
-    if (csize > 1) cluster_sums.post(*sd, csize, crank, round);
-#endif
-    return mean;
   };
 
   unsigned visit = 0;
@@ -294,12 +240,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     const bool active = row < a.view.outer;
     VT xv[NV], gv[NV];
     const int held = stage;  // this row's stage (staged rows)
-    // The stage the next rows' copies go to: the one held BEHIND visits before.
-    const int freed = BEHIND == 1 ? (stage == 0 ? STAGES - 1 : stage - 1) : (stage + STAGES - BEHIND) % STAGES;
+    // The stage the next rows' copies go to: the one held the visit before.
+    const int freed = stage == 0 ? STAGES - 1 : stage - 1;
     if constexpr (STAGED) {
       // Pipelined, the stage held the visit before is freed only once that row is scaled.
       if constexpr (!PIPELINED) stage_in(base + (STAGES - 1) * step, freed);
-      cp_async_wait_groups<PIPELINED ? STAGES - 1 - DEPTH : STAGES - 1>();  // this row's copies have landed
+      cp_async_wait_groups<PIPELINED ? STAGES - 2 : STAGES - 1>();  // this row's copies have landed
       if constexpr (!ROWS_IN_SMEM) {
 #pragma unroll
         for (int k = 0; k < NV; ++k)
@@ -353,29 +299,6 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         }
       return s;
     };
-    if constexpr (PIPELINED && Op::kCentered) {
-      // Row v's mean's sums posted; row v-1's taken and its sums about its mean posted; row
-      // v-2 scaled, and row v + STAGES - 2 copied into its stage.
-      const A pilot = Convert<T>::to_acc(a.x[row * a.view.x_so]);
-      Sums m = staged_sums(held, [&](A x, A gw) { return Gradient::shift_terms(x - pilot, gw); });
-      m = block_group_reduce<SumPairOp, WARPS_PER_ROW>(m, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
-#ifdef NORMSCAN_CLUSTERS
-      if (csize > 1) cluster_shift.post(m, csize, crank, visit);
-#endif
-      Sums m1{A(0), A(0)}, sd;
-      A mean1 = A(0);
-      if (visit > 0) {
-        mean1 = post_centered(visit - 1, (held + STAGES - 1) % STAGES, visit & 1, &m1, &sd);
-        if (visit > 1) scale_posted(visit - 2, row - 2 * step, freed, mean_back2, mean_sums_back2);
-        posted_sums = sd;
-      }
-      stage_in(base + (STAGES - DEPTH) * step, freed);
-      mean_posted = m;
-      pilot_posted = pilot;
-      mean_back2 = mean1;
-      mean_sums_back2 = m1;
-      continue;
-    }
     Sums first{A(0), A(0)};  // a centered op's first sums
     if constexpr (Op::kCentered) {
       // The mean as the forward finds it: the row's first element plus the mean of the
@@ -398,7 +321,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) cluster_sums.post(sd, csize, crank, visit);
 #endif
-      if (visit > 0) scale_posted(visit - 1, row - step, freed, A(0), Sums{A(0), A(0)});
+      if (visit > 0) scale_posted(visit - 1, row - step, freed);
       posted_sums = sd;
       stage_in(base + (STAGES - 1) * step, freed);
     } else {
@@ -412,19 +335,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       scale_row(row, active, held, xv, gv, shift, coefs);
     }
   }
-  if constexpr (PIPELINED && Op::kCentered) {
-    if (visit > 0) {  // the last row's sums about its mean, then the last two rows scaled
-      const int last = (stage + STAGES - 1) % STAGES;
-      Sums m1, sd;
-      const A mean1 = post_centered(visit - 1, last, visit & 1, &m1, &sd);
-      if (visit > 1)
-        scale_posted(visit - 2, first + (visit - 2) * step, (stage + STAGES - 2) % STAGES, mean_back2, mean_sums_back2);
-      posted_sums = sd;
-      scale_posted(visit - 1, first + (visit - 1) * step, last, mean1, m1);
-    }
-  } else if constexpr (PIPELINED) {
-    if (visit > 0)
-      scale_posted(visit - 1, first + (visit - 1) * step, stage == 0 ? STAGES - 1 : stage - 1, A(0), Sums{A(0), A(0)});
+  if constexpr (PIPELINED) {
+    if (visit > 0) scale_posted(visit - 1, first + (visit - 1) * step, stage == 0 ? STAGES - 1 : stage - 1);
   }
   // The block's row groups' sums added in group order, into the block's slot (its cluster's,
   // each block its own columns): dw, then db at n past it.

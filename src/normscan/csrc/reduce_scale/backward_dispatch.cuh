@@ -137,35 +137,6 @@ using NarrowClusterRung = Rows<256, 256, true>;
 // 16 (bf16 8192x65536 on it from the first block past a block: 1.565 -> 1.686 ms; (2048,
 // 262144), the composite before, 13.151 -> 2.095).
 using HalfLongRung = LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, kMaxCluster, NORMSCAN_BACKWARD_LONG_VECS / 2>;
-// 16-bit rows with a weight on clusters, pipelined (backward.cuh): each row's mean's sums and
-// then its sums about the mean cross the cluster while the block works on the rows beside it,
-// STAGES rows in shared memory (the row summed, the two behind it, the rest on their way):
-// clusters of up to 16 256-thread blocks (two a SM), then of 8 of the widest where 16 cannot
-// run. bf16 layer_norm + w backward alone, ms (H100, 2026-11-28, tools/tune.py), 8192x32768
-// and 4096x131072: not pipelined 0.662, 1.499; 4 stages (one block a SM), clusters of 8
-// 0.930, 1.400; 3 stages 0.651, 1.408; only the widest pipelined 0.661, 1.401; 3 stages,
-// clusters of 16 (kept) 0.648, 1.342.
-#ifndef NORMSCAN_BACKWARD_CENTERED_PIPELINE_STAGES  // those of 256-thread blocks (0: not pipelined)
-#define NORMSCAN_BACKWARD_CENTERED_PIPELINE_STAGES 3
-#endif
-#ifndef NORMSCAN_BACKWARD_CENTERED_PIPELINE_CLUSTER  // their most blocks a cluster (past 8: non-portable)
-#define NORMSCAN_BACKWARD_CENTERED_PIPELINE_CLUSTER 16
-#endif
-#ifndef NORMSCAN_BACKWARD_CENTERED_PIPELINE_WIDE_STAGES  // of the widest (192 KB at 3; 0: not pipelined)
-#define NORMSCAN_BACKWARD_CENTERED_PIPELINE_WIDE_STAGES 3
-#endif
-// Blocks a SM asked of the compiler: no more than their stages leave room for (sm_90's 227 KB,
-// 1 KB a block reserved), so that a block alone on its SM has the registers it may.
-template <int BLOCK, int STAGES>
-constexpr int kCenteredPipelinedBlocks = [] {
-  const int fit = 227 * 1024 / (STAGES * 2 * NORMSCAN_BACKWARD_VECS * BLOCK * 16 + 1024);
-  const int asked = (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK;
-  return fit < 1 ? 1 : fit < asked ? fit : asked;
-}();
-template <int BLOCK, int STAGES, int MAX_CLUSTER = kMaxPortableCluster>
-using CenteredPipelinedCluster =
-    BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_VECS, kCenteredPipelinedBlocks<BLOCK, STAGES>, STAGES, true, true,
-                       false, MAX_CLUSTER, true>;
 template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
                                     BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
@@ -173,15 +144,8 @@ using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
-    CenteredRungs<std::conditional_t<NORMSCAN_BACKWARD_CENTERED_PIPELINE_STAGES == 0,
-                                     BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
-                                     CenteredPipelinedCluster<NORMSCAN_BACKWARD_CENTERED_BLOCK,
-                                                              NORMSCAN_BACKWARD_CENTERED_PIPELINE_STAGES,
-                                                              NORMSCAN_BACKWARD_CENTERED_PIPELINE_CLUSTER>>,
-                  std::conditional_t<NORMSCAN_BACKWARD_CENTERED_PIPELINE_WIDE_STAGES == 0, RegisterClusterRung<BackwardRows>,
-                                     CenteredPipelinedCluster<NORMSCAN_BACKWARD_BLOCK,
-                                                              NORMSCAN_BACKWARD_CENTERED_PIPELINE_WIDE_STAGES>>,
-                  HalfLongRung>,
+    CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
+                  RegisterClusterRung<BackwardRows>, HalfLongRung>,
     CenteredRungs<LongRung<false>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
