@@ -234,6 +234,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 
   unsigned visit = 0;
   int stage = 0;
+  // The stage the visit before held (stages are taken in turn).
+  const auto stage_before = [](int s) { return s == 0 ? STAGES - 1 : s - 1; };
   // Every group of the block takes the loop's barriers: it runs while any group has a row.
   for (int64_t base = first; base < a.view.outer; base += step, ++visit) {
     const int64_t row = base + group;
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     VT xv[NV], gv[NV];
     const int held = stage;  // this row's stage (staged rows)
     // The stage the next rows' copies go to: the one held the visit before.
-    const int freed = stage == 0 ? STAGES - 1 : stage - 1;
+    const int freed = stage_before(stage);
     if constexpr (STAGED) {
       // Pipelined, the stage held the visit before is freed only once that row is scaled.
       if constexpr (!PIPELINED) stage_in(base + (STAGES - 1) * step, freed);
@@ -336,7 +338,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     }
   }
   if constexpr (PIPELINED) {
-    if (visit > 0) scale_posted(visit - 1, first + (visit - 1) * step, stage == 0 ? STAGES - 1 : stage - 1);
+    if (visit > 0) scale_posted(visit - 1, first + (visit - 1) * step, stage_before(stage));
   }
   // The block's row groups' sums added in group order, into the block's slot (its cluster's,
   // each block its own columns): dw, then db at n past it.
