@@ -40,7 +40,7 @@ def _call(path, name, x, dim, kwargs, *params):
     given = dict(kwargs, **dict(zip(_params(name), params)))
     if path == "custom op":
         out = spec.custom_op(*op_inputs(name, x, dim, given))
-        return out[0] if spec.has_stats else out
+        return out[0] if spec.returns_stats else out
     return call(name, x, dim, **{k: v for k, v in given.items() if k in spec.params})
 
 

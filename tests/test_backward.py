@@ -57,10 +57,17 @@ def _expression(spec, dim):
     return lambda x, given: fn(x, region(spec.name, x, dim), *spec.args(given))
 
 
+def _stats(spec, x, dim, given):
+    """A row_stats op's statistics of x from its forward (what its backward reads); None for
+    the others."""
+    return spec.custom_op(*op_inputs(spec.name, x, dim, given))[1] if spec.row_stats else None
+
+
 def _fused_into_poison(spec, x, g, dim, given):
     """The fused kernel's [dx, dw (, db)], written into NaN-filled dx and partial sums."""
     weight = given.get("weight")
     dx = torch.full_like(view.output_like(x), float("nan"))
+    stats = _stats(spec, x, dim, given)
     dim = region(spec.name, x, dim)
     part = None
     if weight is not None:  # the partial sums' shape is the kernel's choice: ask it first
@@ -68,10 +75,10 @@ def _fused_into_poison(spec, x, g, dim, given):
         v, gs, g_row_stride = backward._rows(gs, xs, dxs, xs.dim() - 1 if spec.trailing else dim)
         done, _, probe = _build.load("reduce_scale_backward", spec.op_id).reduce_scale_backward(
             xs, gs, torch.empty_like(dxs), weight.reshape(-1), True, False, None, spec.op_id, v, g_row_stride,
-            given["eps"])
+            given["eps"], stats)
         assert done
         part = torch.full_like(probe, float("nan"))
-    grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, dx=dx, dw_part=part)
+    grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, stats, dx=dx, dw_part=part)
     assert grads is not None and grads[0] is dx
     return grads
 
@@ -108,7 +115,8 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
             x = torch.randn(rows, n, device="cuda", dtype=dtype)
             g = torch.randn(rows, n, device="cuda", dtype=dtype)
             given = _given(spec, n, dtype)
-            fused = backward.reduce_scale(spec, g, x, region(name, x, 1), spec.args(given), False) is not None
+            fused = backward.reduce_scale(spec, g, x, region(name, x, 1), spec.args(given), False,
+                                          _stats(spec, x, 1, given)) is not None
             assert fused == ((n // v if n % v == 0 else n) <= LONG_VECS), (name, dtype, n, fused)
             if fused:
                 draws.append(_draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given))
@@ -196,6 +204,26 @@ def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES)
+def test_layer_norms_forward_writes_each_rows_statistics(dtype):
+    """What layer_norm's backward reads, from each forward kernel (rows of a warp, a block and
+    a cluster; rows held across the GPU; read twice by a block, and split across blocks;
+    strided rows; unaligned rows), into a poisoned buffer: each row's mean and rstd, against
+    float64, within the forward's bound (rows of mean 5, spread 3)."""
+    spec = REGISTRY["layer_norm"]
+    for rows, n, step in [(300, 100, 1), (64, 4096, 1), (16, 65536, 1), (4, 2**20, 1), (1, 2**23, 1), (50, 300, 2),
+                          (37, 1001, 1), (3, 3 * 2**20 + 1, 1)]:
+        x = (torch.randn(rows, n * step, device="cuda") * 3 + 5).to(dtype)[:, ::step]
+        stats = torch.full((rows, 2), float("nan"), device="cuda",
+                           dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+        spec.launch(x, (n,), *spec.args({"eps": 1e-5}), stats=stats)
+        exact = reference.row_stats(x, 1, 1e-5)
+        bound = testing.NORM_BOUNDS[torch.float64 if dtype == torch.float64 else torch.float32]
+        for j, what in enumerate(("mean", "rstd")):
+            error, mismatch = testing.rel_error(stats[:, j], exact[:, j])
+            assert not mismatch and error <= bound, (dtype, rows, n, step, what, error, mismatch)
+
+
+@pytest.mark.parametrize("dtype", testing.DTYPES)
 def test_layer_norm_one_element_rows_have_a_zero_gradient_to_rounding(dtype):
     """dx = r * g * w - r * mean(g * w) = 0 for rows of one element, where float64 autograd
     gives rounding noise: |dx| <= 4u |r * g * w| (r = 1 / sqrt(eps), the fused multiply-add's
@@ -233,10 +261,14 @@ def test_layer_norm_gradients_over_its_layouts():
         _check(spec, _draw(spec, _fused_into_poison(spec, x, g, 1, given), x, g, 1, given), x.dtype, "no bias")
     unmerged = torch.randn(rows, 12, 48, device="cuda")[:, :, 3:43]
     given = _given(spec, (12, 40), x.dtype)
-    assert backward.reduce_scale(spec, torch.randn_like(unmerged), unmerged, (12, 40), spec.args(given), True) is None
-    bias_only = spec.args({"bias": given["bias"], "eps": 1e-5})
-    assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), bias_only, True) is None
-    assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), bias_only, False) is not None
+    assert backward.reduce_scale(spec, torch.randn_like(unmerged), unmerged, (12, 40), spec.args(given), True,
+                                 _stats(spec, unmerged, 1, given)) is None
+    bias_only = {"bias": given["bias"], "eps": 1e-5}
+    stats = _stats(spec, x, 1, bias_only)
+    assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), spec.args(bias_only), True, stats) is None
+    assert backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), spec.args(bias_only), False, stats) is not None
+    with pytest.raises(ValueError, match="reads the forward's row statistics"):
+        backward.reduce_scale(spec, torch.randn_like(x), x, (12, 40), spec.args(bias_only), False)
 
 
 @pytest.mark.parametrize("name", ["cumsum", "softmax", "rms_norm"])

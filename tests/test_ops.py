@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import normscan
-from normscan import ops, reference, view
+from normscan import _build, ops, reference, view
 from normscan.registry import REGISTRY, declare
 
 from calls import call, op_inputs, region
@@ -221,6 +221,16 @@ def test_a_declaration_outside_the_conventions_is_refused():
             """-"""
 
 
+def test_row_stats_are_declared_where_the_functor_writes_them():
+    """An op declared with row_stats (its custom op returns them, its backward reads them) is
+    one whose functor says kRowStats = true (csrc/reduce_scale/ops.cuh), and no other."""
+    source = (_build.CSRC / "reduce_scale" / "ops.cuh").read_text()
+    writes = set(re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kRowStats = true", source))
+    assert writes == {"LayerNormOp"}
+    assert {s.functor for s in REGISTRY.values() if s.row_stats} == writes
+    assert all(s.family.name == "reduce_scale" for s in REGISTRY.values() if s.row_stats)
+
+
 def test_fake_tensor_shapes_and_strides():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -231,6 +241,9 @@ def test_fake_tensor_shapes_and_strides():
             if spec.has_stats:  # and the batch's statistics: (mean, squared deviations) a channel
                 y, stats = y
                 assert stats.shape == (4 if spec.region == "batch" else 8, 2) and stats.dtype == torch.float32, name
+            elif spec.row_stats:  # and each row's (of x's last dim: 2 * 4 * 5 rows)
+                y, stats = y
+                assert stats.shape == (40, 2) and stats.dtype == torch.float32, name
             assert y.shape == x.shape and y.stride() == x.stride() and y.dtype == x.dtype, name
 
 
@@ -289,8 +302,10 @@ def test_opcheck_every_backward_op(device):
         spec = REGISTRY[name]
         x, dim, args = spec.from_op_inputs(inputs)
         grad = torch.randn_like(x)
+        inputs = spec.op_inputs(x.detach(), dim, args)
+        stats = [spec.custom_op(*inputs)[1]] if spec.row_stats else []  # the forward's, which its backward reads
         for param_grads in [False, True] if spec.differentiable(args) else [False]:
-            result = torch.library.opcheck(spec.backward_op, (grad, *spec.op_inputs(x.detach(), dim, args), param_grads))
+            result = torch.library.opcheck(spec.backward_op, (grad, *inputs, *stats, param_grads))
             if any(v != "SUCCESS" for v in result.values()):
                 failures.append((name, tuple(x.shape), param_grads, result))
     assert failures == []

@@ -6,7 +6,8 @@ Fused:
   log_softmax, layer_norm and its weight and bias), over rows (the reduced dims contiguous)
   that a block or a thread-block cluster holds on chip: x and the gradient read once, dx
   written once (the softmaxes recompute y from x: the row's maximum, then its sums;
-  layer_norm its mean, then its variance); the weight's (and bias's) gradient from
+  layer_norm reads each row's mean and rstd that its forward saved, as PyTorch's does:
+  one exchange a row); the weight's (and bias's) gradient from
   per-row-group partial sums, added in a fixed order in fp64 by a kernel of its own (the
   same input gives the same bits). layer_norm with a bias but no weight, whose bias needs
   its gradient, takes the composite (the kernels sum db beside dw).
@@ -105,12 +106,16 @@ def merge_normalized(grad, x, dx, count: int) -> tuple | None:
     return (merged if merged is not None else view.merge_trailing(_like(grad, dx), count)), x, merged_dx
 
 
-def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None) -> list | None:
+def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, dw_part=None) -> list | None:
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
-    `dx` and `dw_part` (the weight's partial sums, and the bias's; their shape is the
-    kernel's choice) are for the checks, which poison them."""
+    A row_stats op (layer_norm) takes `stats`, its forward's (the custom op's second output,
+    of this x). `dx` and `dw_part` (the weight's partial sums, and the bias's; their shape is
+    the kernel's choice) are for the checks, which poison them."""
     if spec.op_id not in _build.extension_ops("reduce_scale_backward").values():  # no kFusedBackward
         return None
+    if spec.row_stats and stats is None:
+        raise ValueError(f"normscan.{spec.name}: its fused backward reads the forward's row statistics; pass the "
+                         f"custom op's second output as stats")
     given = dict(zip(spec.params, args))
     eps, weight, bias = given.get("eps", 0.0), given.get("weight"), given.get("bias")
     if param_grads and bias is not None and weight is None:
@@ -131,7 +136,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, *, dx=None, dw_part=None
     flat = None if weight is None else weight.reshape(-1)
     bias_grad = weight_grad and bias is not None
     done, params, _ = ext.reduce_scale_backward(tensors[1], row_grad, tensors[2], flat, weight_grad, bias_grad,
-                                                dw_part, spec.op_id, v, g_row_stride, eps)
+                                                dw_part, spec.op_id, v, g_row_stride, eps, stats)
     if not done:
         return None
     if not weight_grad:

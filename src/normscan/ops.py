@@ -99,7 +99,7 @@ def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
     """
 
 
-@declare(family="reduce_scale", functor="LayerNormOp", reference=reference.layer_norm,
+@declare(family="reduce_scale", functor="LayerNormOp", reference=reference.layer_norm, row_stats=True,
          problems=(Problem("40_LayerNorm", (16, 64, 256, 256), init="normalized_shape: tuple",
                            call="normalized_shape=normalized_shape", init_inputs=((64, 256, 256),)),))
 def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
@@ -113,7 +113,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tenso
     have shape ``normalized_shape`` (non-contiguous ones are copied: one row). 16-bit inputs
     are computed in fp32; the mean is taken first (or merged with the squared deviations, for
     rows longer than a thread-block cluster holds), never as a squared sum less a sum
-    squared. A row with inf or NaN gives NaN, as PyTorch's does.
+    squared. A row with inf or NaN gives NaN, as PyTorch's does. For the backward it saves each
+    row's mean and rstd (1 / sqrt(var + eps); 8 bytes a row, 16 for float64), as PyTorch does.
     """
 
 

@@ -8,6 +8,7 @@ included. Each takes its op's public arguments, in order. CPU tensors are comput
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable
 
 import torch
@@ -45,6 +46,14 @@ def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> 
 def layer_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)
+
+
+def row_stats(x: torch.Tensor, count: int, eps: float) -> torch.Tensor:
+    """Each row's (x's last `count` dims') mean and rstd, 1 / sqrt(var + eps) (var the biased
+    variance), (rows, 2) in float64: what layer_norm's kernels save for its backward."""
+    rows = x.detach().double().reshape(math.prod(x.shape[:x.dim() - count]), math.prod(x.shape[x.dim() - count:]))
+    mean = rows.mean(1)
+    return torch.stack([mean, ((rows - mean[:, None]) ** 2).mean(1).add(eps).rsqrt()], 1)
 
 
 def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,

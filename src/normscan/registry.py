@@ -289,6 +289,9 @@ class OpSpec:
     # dims merged into one to launch), num_groups; None for the others (a whole-tensor op's
     # one row in x's memory order, view.fold; the channel norms' own, grouped.py).
     region: str = "dim"
+    # Its custom op also returns each row's mean and rstd, which its backward reads
+    # (layer_norm's, the functor's kRowStats): (rows, 2) in the kernel's row order.
+    row_stats: bool = False
 
     @property
     def whole(self) -> bool:
@@ -314,6 +317,17 @@ class OpSpec:
         from which the public function updates the running ones (a custom op with autograd
         may not mutate its inputs)."""
         return self.region in ("instance", "batch")
+
+    @property
+    def returns_stats(self) -> bool:
+        """Whether the custom op returns (y, statistics): has_stats's or row_stats'."""
+        return self.has_stats or self.row_stats
+
+    def row_stats_like(self, x: torch.Tensor, dim) -> torch.Tensor:
+        """A row_stats op's statistics buffer for x: (rows, 2), float32 (float64 for float64 x)."""
+        rows = math.prod(x.shape[:x.dim() - len(dim)])
+        return torch.empty((rows, 2), dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
+                           device=x.device)
 
     def checked(self, x, dim, args) -> tuple[torch.Tensor, int, list]:
         """The arguments validated: dim wrapped, the rest as the kernels take them; x converted
@@ -397,9 +411,10 @@ class OpSpec:
             return self.on_cpu(x, dim, *args)
         if torch.compiler.is_compiling() or (torch.is_grad_enabled() and self._wants_grad(x, args)):
             out = self.custom_op(*self.op_inputs(x, dim, self._spent(args)))  # through the dispatcher, where its autograd is
-            if self.has_stats:
+            if self.returns_stats:
                 out, stats = out
-                self._update_running(x, args, stats)
+                if self.has_stats:
+                    self._update_running(x, args, stats)
             return out
         return self.launch(x, dim, *args)
 
@@ -439,9 +454,11 @@ class OpSpec:
         return x.requires_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
     # ------------------------------------------------ the kernels
-    def launch(self, x: torch.Tensor, dim: int, *args, out: torch.Tensor | None = None) -> torch.Tensor:
+    def launch(self, x: torch.Tensor, dim: int, *args, out: torch.Tensor | None = None,
+               stats: torch.Tensor | None = None) -> torch.Tensor:
         """The kernel on validated arguments (dim wrapped); into ``out`` when given. The
-        running statistics of a training step are updated."""
+        running statistics of a training step are updated; a row_stats op's go into `stats`
+        (row_stats_like) when given."""
         if self.grouped:
             y, stats = self._launch_grouped(x, dim, args, out)
             self._update_running(x, args, stats)
@@ -456,12 +473,15 @@ class OpSpec:
                 if out is None:
                     raise ValueError(f"normscan.{self.name}: out's last {len(dim)} dims do not merge into one; "
                                      "pass an out laid out as output_like(x)")
-            return self._launch_dim(merged, merged.dim() - 1, args, out).view(shape)
-        return self._launch_dim(x, dim, args, out)
+            return self._launch_dim(merged, merged.dim() - 1, args, out, stats).view(shape)
+        return self._launch_dim(x, dim, args, out, stats)
 
-    def _launch_dim(self, x: torch.Tensor, dim: int | None, args, out: torch.Tensor | None) -> torch.Tensor:
+    def _launch_dim(self, x: torch.Tensor, dim: int | None, args, out: torch.Tensor | None,
+                    stats: torch.Tensor | None = None) -> torch.Tensor:
         x, y, v = view.prepare(x, dim, out)
         given = dict(zip(self.params, args))
+        if stats is not None:
+            given["stats"] = stats
         if given.get("mask") is not None:
             # The kernels read the mask along x's view: laid out as x (a copy where it is not:
             # broadcast, say), and x one that no two elements share (an expanded x is copied).
@@ -506,6 +526,11 @@ class OpSpec:
         if self.has_stats:
             y, stats = self._launch_grouped(x, dim, args, None)
             return y, (grouped.stats_like(x, x.shape[1], self.region == "batch")[:0] if stats is None else stats)
+        if self.row_stats:
+            stats = self.row_stats_like(x, dim)
+            if not x.numel():  # nothing to read: the statistics of nothing
+                stats.fill_(math.nan)
+            return self.launch(x, dim, *args, stats=stats), stats
         return self.launch(x, dim, *args)
 
     def on_cpu_checked(self, *inputs):
@@ -513,24 +538,28 @@ class OpSpec:
         x, dim, args = self.checked(*self.from_op_inputs(inputs))
         if self.has_stats:
             return self._on_cpu_with_stats(x, dim, args)
+        if self.row_stats:
+            stats = reference.row_stats(x, len(dim), dict(zip(self.params, args))["eps"])
+            return self.on_cpu(x, dim, *args), stats.to(self.row_stats_like(x, dim).dtype)
         return self.on_cpu(x, dim, *args)
 
-    # Backward (backward.py): the inputs are saved, nothing more (the kernels recompute each
-    # row's statistics). Through the backward custom op, the family's fused kernel where it
-    # has one for the layout; a backward that must itself be differentiable (create_graph)
-    # takes PyTorch's gradient of the reference.
+    # Backward (backward.py): the inputs are saved, and a row_stats op's row statistics (the
+    # other kernels recompute each row's). Through the backward custom op, the family's fused
+    # kernel where it has one for the layout; a backward that must itself be differentiable
+    # (create_graph) takes PyTorch's gradient of the reference.
     def save_for_backward(self, ctx, inputs, output) -> None:
         x, dim, args = self.from_op_inputs(inputs)
         ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         ctx.grad_at = self.differentiable(args)
-        ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at))
+        ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at), *([output[1]] if self.row_stats else []))
         ctx.dim = dim
         ctx.args = [None if i in ctx.tensor_at else a for i, a in enumerate(args)]
-        if self.has_stats:
+        if self.returns_stats:
             ctx.mark_non_differentiable(output[1])
 
     def backward(self, ctx, grad: torch.Tensor, *stats_grad):
         x, *tensors = ctx.saved_tensors
+        stats = [tensors.pop()] if self.row_stats else []
         args = list(ctx.args)
         for i, t in zip(ctx.tensor_at, tensors):
             args[i] = t
@@ -539,7 +568,7 @@ class OpSpec:
         if torch.is_grad_enabled():
             grads = backward_impl.composite(self, grad, x, ctx.dim, args, param_grads, create_graph=True)
         else:
-            grads = self.backward_op(grad, *self.op_inputs(x, ctx.dim, args), param_grads)
+            grads = self.backward_op(grad, *self.op_inputs(x, ctx.dim, args), *stats, param_grads)
         out = [None] * (first + len(args))
         out[0] = grads[0] if ctx.needs_input_grad[0] else None
         for i, g in zip(ctx.grad_at if param_grads else [], grads[1:]):
@@ -548,13 +577,15 @@ class OpSpec:
 
     def gradients(self, grad, *inputs) -> list:
         """The backward custom op's implementation: [dx, then the weight's and bias's
-        gradients, where given, when the last argument (param_grads) is true]."""
+        gradients, where given, when the last argument (param_grads) is true]. A row_stats
+        op takes its forward's statistics before it."""
         *inputs, param_grads = inputs
+        stats = [inputs.pop()] if self.row_stats else []
         x, dim, args = self.from_op_inputs(inputs)
         if self.region == "dim":  # the op's caller may pass a negative dim (the kernels take it wrapped)
             dim = wrap_dim(self.name, dim, x.dim())
         if x.is_cuda:
-            fused = self.family.backward(self, grad, x, dim, args, param_grads)
+            fused = self.family.backward(self, grad, x, dim, args, param_grads, *stats)
             if fused is not None:
                 return fused
         return backward_impl.composite(self, grad, x, dim, args, param_grads)
@@ -567,11 +598,15 @@ class OpSpec:
         if self.has_stats:
             stats = grouped.stats_like(x, x.shape[1], self.region == "batch")
             return view.output_like(x), (stats if self._input_stats(dict(zip(self.params, args))) else stats[:0])
+        if self.row_stats:
+            return view.output_like(x), self.row_stats_like(x, dim)
         return view.output_like(x)
 
     def gradients_like(self, grad, *inputs) -> list:
         """The backward custom op's fake: the gradients' shapes and layouts."""
         *inputs, param_grads = inputs
+        if self.row_stats:
+            inputs.pop()
         x, dim, args = self.from_op_inputs(inputs)
         params = [torch.empty_like(args[i]) for i in self.differentiable(args)] if param_grads else []
         return [view.output_like(x), *params]
@@ -586,11 +621,12 @@ class OpSpec:
 
     @property
     def schema(self) -> str:
-        return "(" + ", ".join(self._input_schema()) + ") -> " + ("(Tensor, Tensor)" if self.has_stats else "Tensor")
+        return "(" + ", ".join(self._input_schema()) + ") -> " + ("(Tensor, Tensor)" if self.returns_stats else "Tensor")
 
     @property
     def backward_schema(self) -> str:
-        return "(" + ", ".join(["Tensor grad", *self._input_schema(), "bool param_grads"]) + ") -> Tensor[]"
+        stats = ["Tensor stats"] if self.row_stats else []
+        return "(" + ", ".join(["Tensor grad", *self._input_schema(), *stats, "bool param_grads"]) + ") -> Tensor[]"
 
     def _input_schema(self) -> list[str]:
         region = [REGIONS[self.region]] if REGIONS[self.region] else []
@@ -615,10 +651,11 @@ PUBLIC: list[str] = []
 
 
 def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor], values: str = "normal",
-            problems: tuple = (), region: str = "whole") -> Callable[[Callable], Callable]:
+            problems: tuple = (), region: str = "whole", row_stats: bool = False) -> Callable[[Callable], Callable]:
     """Declares the op whose public function is the decorated stub (signature and docstring
     only), and returns that function. Its region (REGIONS) is named by its second parameter
-    (dim, normalized_shape, num_groups), else `region` says it."""
+    (dim, normalized_shape, num_groups), else `region` says it. `row_stats`: the custom op
+    also returns each row's statistics for the backward (OpSpec.row_stats)."""
     def wrap(stub: Callable) -> Callable:
         signature = inspect.signature(stub)
         names = list(signature.parameters)
@@ -641,7 +678,7 @@ def declare(*, family: str, functor: str, reference: Callable[..., torch.Tensor]
         spec = OpSpec(stub.__name__, FAMILIES[family], functor, ids[functor], reference, tuple(names[first:]),
                       {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty},
                       values, tuple(dataclasses.replace(p, op=stub.__name__) for p in problems),
-                      inspect.getdoc(stub) or "", kind)
+                      inspect.getdoc(stub) or "", kind, row_stats)
         _define_custom_op(spec)
         REGISTRY[spec.name] = spec
         PUBLIC.append(spec.name)

@@ -13,19 +13,22 @@
 // the norms). A grouped op (group_norm's) also takes `grouping`, (groups, span, stat_groups):
 // its weight and bias are per channel, and rows share statistics (csrc/reduce_scale/ops.cuh,
 // Grouping); `stats`, where given, gets each statistic's mean and sum of squared deviations
-// from it (stat_groups x 2, float32; float64 for float64 x). Others take an empty grouping.
+// from it (stat_groups x 2, float32; float64 for float64 x). Others take an empty grouping;
+// layer_norm's `stats`, where given, gets each row's mean and rstd (1 / sqrt(var + eps);
+// outer * inner x 2, in the view's order).
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
                   const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
                   at::IntArrayRef grouping, const std::optional<at::Tensor>& stats);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
 // the weight's (second result, in the weight's dtype; then, when bias_grad too, a biased
 // op's bias's), summed from per-row-group partial sums (third result; into dw_part when
-// given, which must have their shape). g's rows are contiguous, g_row_stride apart. First
-// result false (nothing written): no fused kernel serves the view.
+// given, which must have their shape). g's rows are contiguous, g_row_stride apart. layer_norm
+// takes its forward's `stats` (reduce_scale's, of this view), the others None. First result
+// false (nothing written): no fused kernel serves the view.
 std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
     const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, const std::optional<at::Tensor>& weight, bool weight_grad,
     bool bias_grad, const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride,
-    double eps);
+    double eps, const std::optional<at::Tensor>& stats);
 // y = the scan of x along the view's length; a masked op's x times `mask` (bool, with x's
 // strides along the view).
 void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,

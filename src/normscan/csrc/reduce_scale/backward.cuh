@@ -3,8 +3,8 @@
 //   dx = c * g * w + grad_coef(c, n) * D * dmap(x),  D = sum(g * w * x)
 //   dw = sum over rows of g * x * c
 // the softmaxes from their maximum-shifted x (the row's maximum first, then the sums), and
-// layer_norm from x less its mean (the mean and sum(g * w) first, then the sums; db = sum
-// over rows of g). x and g are read once, dx written once. Where a weight's gradient is
+// layer_norm from x less its mean, the mean and rstd its forward's (stats; db = sum over
+// rows of g). x and g are read once, dx written once. Where a weight's gradient is
 // summed the grid is persistent: each block (cluster) visits a fixed set of rows, and rows
 // of 16-byte vectors are staged: each thread copies its own vectors of the rows STAGES - 1
 // visits ahead into shared memory (cp.async; a thread reads only what it copied, so no
@@ -19,7 +19,8 @@
 // stage and reads it from shared memory on each pass, its weight kept there too: twice
 // the vectors a thread that registers hold. A pipelined cluster (PIPELINE, for ops of one
 // exchange a row) posts a row's sums and scales the row before it while they travel, so
-// that a cluster's blocks may run a row apart: its rows are read from their stages.
+// that a cluster's blocks may run a row apart: its rows are read from their stages (ops of
+// one exchange: all but the max-shifted ones).
 //
 // TPR threads hold a row (BLOCK / TPR rows a block), NV vectors of V elements each; with a
 // cluster of C blocks (TPR == BLOCK), the row is spread over the C blocks.
@@ -38,6 +39,7 @@ template <typename T> struct ReduceScaleBackwardArgs {
   T* dx;
   const T* w;          // null without a weight
   acc_t<T>* dw_part;   // [slots][length]; null when dw is not wanted
+  const acc_t<T>* stats;  // a kRowStats op's: row r's mean and rstd at 2r, 2r + 1 (its forward's)
   View view;           // x's and dx's strides
   int64_t g_so;
   double eps;
@@ -94,35 +96,35 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
   static_assert(!Cfg::kCluster || (TPR == BLOCK && WARPS_PER_ROW > 1), "ClusterRounds needs a block barrier a round");
   // A row scaled once the next one's sums are posted (one row group a block: a cluster's).
-  constexpr bool PIPELINED = Cfg::kPipeline && STAGED && !kShifted<Op>;
+  constexpr bool PIPELINED = Cfg::kPipeline && STAGED && !Op::kMaxShifted;
   static_assert(!PIPELINED || STAGES >= 2, "the row scaled and the row summed");
   using A = acc_t<T>;
   using VT = Vec<T, V>;
   using Gradient = typename Op::Gradient;
-  // A centered op's staged rows are read from shared memory on each of their three passes,
-  // not held in registers: beside the weight, dw and db, 16-bit rows of 4 vectors a thread
-  // spilled at 128 registers (36-72 bytes).
+  // A centered op's staged rows are read from shared memory on each of their passes, not
+  // held in registers: beside the weight, dw and db, 16-bit rows of 4 vectors a thread
+  // spilled at 128 registers (36-72 bytes, when they took three passes).
   constexpr bool ROWS_IN_SMEM = STAGED && (Op::kCentered || Cfg::kRowsInSmem || PIPELINED);
   // Each element's value (the softmaxes' exp) replaces x in its registers where T holds it
   // exactly: computed once, not again for dx.
   constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A) && !ROWS_IN_SMEM;
   using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
-  // What a row's shift is found from: a max-shifted op's maximum, a centered op's first sums.
-  using Shift = std::conditional_t<Op::kCentered, Sums, A>;
+  // A centered op's row statistics (its forward's): mean, rstd.
+  using Stat = SumPair<A>;
   constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
   constexpr bool WEIGHT_IN_SMEM = Cfg::template weight_in_smem<T, V, WEIGHTED>();
   __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
-  __shared__ Shift warp_shift[2][BLOCK / 32];  // the same for the shift's reduction
+  __shared__ A warp_shift[2][BLOCK / 32];  // the same for a max-shifted op's maximum
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
   const WarpPlace me = WarpPlace::of_thread();
   const int2 place = Cfg::kCluster ? cluster_place() : make_int2(1, 0);
   const int csize = place.x, crank = place.y;
 #ifdef NORMSCAN_CLUSTERS
   __shared__ ClusterRounds<Sums, Cfg::kMaxCluster, PIPELINED ? 4 : 2> cluster_sums;
-  __shared__ ClusterRounds<Shift, Cfg::kMaxCluster> cluster_shift;
+  __shared__ ClusterRounds<A, Cfg::kMaxCluster> cluster_shift;
   if (csize > 1) {
     cluster_sums.init();
-    if constexpr (kShifted<Op>) cluster_shift.init();
+    if constexpr (Op::kMaxShifted) cluster_shift.init();
     cg::this_cluster().sync();
   }
 #endif
@@ -217,8 +219,15 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         else store_vec<T, V>(dxr + col(k), from_acc_vec<T, V>(out));
       }
   };
-  // The pipelined block's sums of the row it posted last (its cluster's, once taken).
+  // The row's coefficients from its sums (and a centered op's statistics).
+  auto coefs_of = [&](Sums sd, Stat stat) {
+    if constexpr (Op::kCentered) return Gradient::coefs(sd, stat.b, n);
+    else return Gradient::coefs(sd, n, a.eps);
+  };
+  // The pipelined block's sums of the row it posted last (its cluster's, once taken), and
+  // that row's statistics.
   Sums posted_sums{A(0), A(0)};
+  Stat posted_stat{A(0), A(0)};
   // Scales row `row`, posted in round `round` from stage s, once its cluster's sums are in (a
   // cluster holds one row a visit and visits rows only: it is active).
   auto scale_posted = [&](unsigned round, int64_t row, int s) {
@@ -228,7 +237,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       if (csize > 1) sd = cluster_sums.template take<SumPairOp>(csize, round);
 #endif
       const VT unused[NV]{};  // its rows are read from their stages
-      scale_row(row, true, s, unused, unused, A(0), Gradient::coefs(sd, n, a.eps));
+      scale_row(row, true, s, unused, unused, posted_stat.a, coefs_of(sd, posted_stat));
     }
   };
 
@@ -269,7 +278,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     // This thread's vector k of the row, of x and of g.
     auto x_at = [&](int k) { return vec_at(held, 0, k, xv); };
     auto g_at = [&](int k) { return vec_at(held, 1, k, gv); };
-    A shift = A(0);
+    // A centered op's statistics of the row (its forward's); asked before the copies were
+    // waited for, the 16-bit rows of a 256-thread block spilled 4 bytes.
+    Stat stat{A(0), A(0)};
+    if constexpr (Op::kCentered) {
+      if (active) stat = Stat{a.stats[2 * row], a.stats[2 * row + 1]};
+    }
+    A shift = stat.a;  // a centered op's mean (0 for the others)
     if constexpr (Op::kMaxShifted) {
       A m = CompareMaxOp::identity<A>();
 #pragma unroll
@@ -301,18 +316,6 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
         }
       return s;
     };
-    Sums first{A(0), A(0)};  // a centered op's first sums
-    if constexpr (Op::kCentered) {
-      // The mean as the forward finds it: the row's first element plus the mean of the
-      // differences from it.
-      const A pilot = active ? Convert<T>::to_acc(a.x[row * a.view.x_so]) : A(0);
-      first = thread_sums([&](A x, A gw, int, int) { return Gradient::shift_terms(x - pilot, gw); });
-      first = block_group_reduce<SumPairOp, WARPS_PER_ROW>(first, warp_shift[visit & 1], group * WARPS_PER_ROW, me);
-#ifdef NORMSCAN_CLUSTERS
-      if (csize > 1) first = cluster_shift.template reduce<SumPairOp>(first, csize, crank, visit);
-#endif
-      shift = pilot + first.a / A(n);
-    }
     Sums sd = thread_sums([&](A x, A gw, int k, int i) {
       const A v = Gradient::template value<T>(shifted<Op>(x, shift));
       if constexpr (KEEPS_VALUES) xv[k].v[i] = v;
@@ -325,16 +328,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #endif
       if (visit > 0) scale_posted(visit - 1, row - step, freed);
       posted_sums = sd;
+      posted_stat = stat;
       stage_in(base + (STAGES - 1) * step, freed);
     } else {
 #ifdef NORMSCAN_CLUSTERS
       if (csize > 1) sd = cluster_sums.template reduce<SumPairOp>(sd, csize, crank, visit);
 #endif
-      const auto coefs = [&] {
-        if constexpr (Op::kCentered) return Gradient::coefs(sd, first, n, a.eps);
-        else return Gradient::coefs(sd, n, a.eps);
-      }();
-      scale_row(row, active, held, xv, gv, shift, coefs);
+      scale_row(row, active, held, xv, gv, shift, coefs_of(sd, stat));
     }
   }
   if constexpr (PIPELINED) {

@@ -39,6 +39,9 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_CENTERED_BLOCK  // NORMSCAN_BACKWARD_BLOCK for a centered op's rows
 #define NORMSCAN_BACKWARD_CENTERED_BLOCK 256
 #endif
+#ifndef NORMSCAN_BACKWARD_CENTERED_CLUSTER  // the most blocks of a centered op's fp32 pipelined clusters
+#define NORMSCAN_BACKWARD_CENTERED_CLUSTER 16
+#endif
 #ifndef NORMSCAN_BACKWARD_LONG_VECS  // vectors of x (and of g) a thread of the long rows' rung holds
 #define NORMSCAN_BACKWARD_LONG_VECS 8
 #endif
@@ -141,12 +144,23 @@ template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
                                     BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
                                     BlockRung<BackwardRows>, Past...>;
+// fp32 rows with a weight past the widest block: pipelined clusters of up to 16 of the widest
+// blocks (one exchange a row, the forward's mean and rstd read), then the long rung:
+// layer_norm + w backward alone, ms (H100, 2026-11-28, tools/tune.py; long rung -> clusters of
+// up to 8 -> of up to 16): 8192x32768 1.113 -> 1.092 -> 1.090, 4096x131072 2.209 -> 2.448 ->
+// 2.192. The 16-bit ones' pipelined clusters, of 4 vectors a thread, spilled 12 bytes at 128
+// registers; of 3 (no spill), rows of 131072 took 11 blocks: 1.490 -> 1.581 (NOTES.md).
+using CenteredFloatPipelined =
+    BackwardRowsConfig<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_VECS,
+                       (NORMSCAN_BACKWARD_THREADS_SM + NORMSCAN_BACKWARD_BLOCK - 1) / NORMSCAN_BACKWARD_BLOCK,
+                       NORMSCAN_BACKWARD_PIPELINE_STAGES, true, true, false, NORMSCAN_BACKWARD_CENTERED_CLUSTER, true>;
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
     CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
                   RegisterClusterRung<BackwardRows>, HalfLongRung>,
-    CenteredRungs<LongRung<false>>>;
+    std::conditional_t<WEIGHTED && sizeof(T) == 4, CenteredRungs<CenteredFloatPipelined, LongRung<false>>,
+                       CenteredRungs<LongRung<false>>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
 // of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block

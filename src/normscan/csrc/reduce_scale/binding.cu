@@ -18,6 +18,17 @@ normscan::Grouping<A> checked_grouping(at::IntArrayRef g, const normscan::View& 
   return normscan::Grouping<A>{g[0], g[1], g[2], nullptr};
 }
 
+// The statistics' tensor of `count` statistics, checked: their mean and squared deviations
+// (count x 2), in x's accumulator type.
+template <typename A> A* checked_stats(const at::Tensor& x, const at::Tensor& stats, int64_t count) {
+  using normscan::num;
+  TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() &&
+                  stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) && stats.numel() == 2 * count,
+              "normscan: stats must be a contiguous (", num(count), ", 2) ", sizeof(A) == 8 ? "float64" : "float32",
+              " tensor on x's device");
+  return static_cast<A*>(stats.data_ptr());
+}
+
 // reduce_scale on a checked view.
 void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
                  const std::optional<at::Tensor>& bias, int64_t op, const normscan::View& v, double eps,
@@ -39,19 +50,15 @@ void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Ten
                   " takes no bias: bias must be None");
       TORCH_CHECK(grouping.empty() != Op::kGrouped, "normscan: reduce-scale op ", num(op),
                   Op::kGrouped ? " needs a grouping" : " takes no grouping");
+      TORCH_CHECK(!stats || kWritesStats<Op>, "normscan: reduce-scale op ", num(op), " writes no statistics: stats must be None");
       int64_t params = v.length;  // weight and bias elements: one a position, or a channel
       if constexpr (Op::kGrouped) {
         a.grouping = checked_grouping<A>(grouping, v);
         const Grouping<A>& g = a.grouping;
         params = g.groups * (v.length / g.span);
-        if (stats) {
-          TORCH_CHECK(stats->is_contiguous() && stats->device() == x.device() &&
-                          stats->scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) &&
-                          stats->numel() == 2 * g.stat_groups,
-                      "normscan: stats must be a contiguous (", num(g.stat_groups), ", 2) ",
-                      sizeof(A) == 8 ? "float64" : "float32", " tensor on x's device");
-          a.grouping.stats = static_cast<A*>(stats->data_ptr());
-        }
+        if (stats) a.grouping.stats = checked_stats<A>(x, *stats, g.stat_groups);
+      } else if constexpr (Op::kRowStats) {
+        a.stats = stats ? checked_stats<A>(x, *stats, v.outer * v.inner) : nullptr;
       }
       check_param(x, weight, params);
       check_param(x, bias, params, "bias");

@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(BLOCK, 1024 / BLOCK)
       stat = RowStatOp<Op>::apply(stat, load_from_l2(st.part_stats + g * blocks + i));
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[1], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length * (a.view.outer / groups), a.eps, pilot);
-    if (b == 0 && threadIdx.x == 0) write_stat(a.grouping, g, rs.shift, stat.m2);
+    if (b == 0 && threadIdx.x == 0) write_stat(a, g, rs, stat.m2);
     const A wc = a.w ? Convert<T>::to_acc(a.w[g]) : A(1), bias = a.b ? Convert<T>::to_acc(a.b[g]) : A(0);
     int64_t xo, yo;
     for (int k0 = mine - 1; k0 >= kept; k0 -= U) {

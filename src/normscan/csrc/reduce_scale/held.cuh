@@ -154,8 +154,10 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
       stat = RowStatOp<Op>::apply(stat, load_from_l2(st.part_stats + q.row * p.parts + i));
     stat = block_group_reduce<RowStatOp<Op>, THREADS / 32>(stat, scratch, first_warp, me, bar);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, r.template pilot<Op>());
-    if constexpr (Op::kGrouped) {
-      if (q.part == 0 && t == 0) write_stat(a.grouping, q.row, rs.shift, stat.m2);
+    if constexpr (kWritesStats<Op>) {
+      // m2 read only where written: read for layer_norm too (unused), its 16-bit scaling
+      // spilled 40 bytes (sm_90).
+      if (q.part == 0 && t == 0) write_stat(a, q.row, rs, Op::kGrouped ? stat.m2 : A(0));
     }
     const ChannelRow<T, false> ch = r.template channels<Op, false>(a, q.row);
     T* yp = r.yr + r.s.head + int64_t(q.first) * V;

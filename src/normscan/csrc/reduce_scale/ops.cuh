@@ -38,17 +38,25 @@ template <typename T> struct ReduceScaleArgs {
 template <typename T> struct GroupedArgs : ReduceScaleArgs<T> {
   Grouping<acc_t<T>> grouping;
 };
+// A kRowStats op's (layer_norm's): `stats`, where not null, gets row r's mean and the
+// factor it scaled by (rstd: 1 / sqrt(var + eps)) at stats[2r], stats[2r + 1] (r in the
+// view's order), which its backward reads instead of finding them again, as PyTorch's
+// reads its saved mean and rstd.
+template <typename T> struct RowStatsArgs : ReduceScaleArgs<T> {
+  acc_t<T>* stats;
+};
 
 // map: what is summed; scale: the row's factor from that sum; apply: an element's output
 // (x * scale for the norms); kWeighted, kBiased: whether the op takes a weight, a bias;
 // kMaxShifted: the row's maximum m is found first and map and apply see x - m (softmax:
 // exp(x - m) cannot overflow); kCentered: likewise the row's mean (layer_norm: map sums
 // squared deviations); kGrouped: a weight and bias per channel, statistics shared across
-// rows, written out (Grouping); kFusedBackward: backward.cuh serves the op, by its Gradient
-// (below).
+// rows, written out (Grouping); kRowStats: each row's mean and rstd written out
+// (RowStatsArgs) for its backward; kFusedBackward: backward.cuh serves the op, by its
+// Gradient (below).
 struct ReduceScaleTraits {
   static constexpr bool kWeighted = false, kBiased = false, kMaxShifted = false, kCentered = false,
-                        kGrouped = false, kFusedBackward = false;
+                        kGrouped = false, kRowStats = false, kFusedBackward = false;
 };
 
 // An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
@@ -177,21 +185,19 @@ struct LogSoftmaxOp : ReduceScaleTraits {
 
 // layer_norm's, with u = x - mean, r = 1 / sqrt(var + eps) and gw = g * w: PyTorch's
 // dx = r * (gw - mean(gw) - xhat * mean(gw * xhat)), xhat = u * r, taken as
-// r * gw + offset + slope * u; dw sums g * xhat over the rows, db sums g. A centered op's
-// gradient sums shift_terms(x - pilot, gw) first, the mean's sum (from the row's first
-// element, as the forward's) beside sum(gw), then terms (var's sum(u^2) and sum(gw * u)).
+// r * gw + offset + slope * u; dw sums g * xhat over the rows, db sums g. The mean and r are
+// the forward's (kRowStats, as PyTorch saves its mean and rstd): one exchange a row, of
+// sum(gw) and sum(gw * u).
 template <typename A> struct CenteredCoefs {
   A rstd, offset, slope;
 };
 template <typename Op> struct CenteredGradient {
   template <typename T, typename A> static __device__ __forceinline__ A value(A u) { return u; }
-  template <typename A> static __device__ __forceinline__ SumPair<A> shift_terms(A x, A gw) { return {x, gw}; }
-  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A gw) { return {u * u, gw * u}; }
-  // s: the sums of terms; first: those of shift_terms (first.b: sum(gw)).
+  template <typename A> static __device__ __forceinline__ SumPair<A> terms(A u, A gw) { return {gw, gw * u}; }
   template <typename A>
-  static __device__ __forceinline__ CenteredCoefs<A> coefs(SumPair<A> s, SumPair<A> first, int64_t n, double eps) {
-    const A r = Op::scale(s.a, n, eps), inv_n = A(1) / A(n);
-    return {r, -r * first.b * inv_n, -r * r * r * s.b * inv_n};
+  static __device__ __forceinline__ CenteredCoefs<A> coefs(SumPair<A> s, A r, int64_t n) {
+    const A inv_n = A(1) / A(n);
+    return {r, -r * s.a * inv_n, -r * r * r * s.b * inv_n};
   }
   template <typename A> static __device__ __forceinline__ A grad(A u, A gw, CenteredCoefs<A> k) {
     return k.rstd * gw + k.offset + k.slope * u;
@@ -205,7 +211,7 @@ template <typename Op> struct CenteredGradient {
 // of map(x - mean)), as F.layer_norm. Kernels that hold the row sum it first for the mean;
 // those that read it twice merge each batch's mean and squared deviations (MeanM2).
 struct LayerNormOp : ReduceScaleTraits {
-  static constexpr bool kWeighted = true, kBiased = true, kCentered = true, kFusedBackward = true;
+  static constexpr bool kWeighted = true, kBiased = true, kCentered = true, kRowStats = true, kFusedBackward = true;
   using Gradient = CenteredGradient<LayerNormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
@@ -219,15 +225,18 @@ struct LayerNormOp : ReduceScaleTraits {
 // group_norm, instance_norm, batch_norm: layer_norm's statistics over a grouped row or
 // column, a weight and bias per channel (Grouping).
 struct GroupNormOp : LayerNormOp {
-  static constexpr bool kGrouped = true, kFusedBackward = false;  // not layer_norm's rows
+  static constexpr bool kGrouped = true, kRowStats = false, kFusedBackward = false;  // not layer_norm's rows
 };
 
 // The arguments an op's kernels take.
 template <typename T, typename Op>
-using ArgsFor = std::conditional_t<Op::kGrouped, GroupedArgs<T>, ReduceScaleArgs<T>>;
+using ArgsFor = std::conditional_t<Op::kGrouped, GroupedArgs<T>,
+                                   std::conditional_t<Op::kRowStats, RowStatsArgs<T>, ReduceScaleArgs<T>>>;
+// Whether an op's kernels write its statistics out (write_stat).
+template <typename Op> constexpr bool kWritesStats = Op::kGrouped || Op::kRowStats;
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
-// against this list by tests/test_registry.py.
+// against this list by tests/test_build.py.
 #ifndef NORMSCAN_REDUCE_SCALE_OPS  // an exported KernelBench file lists its one op itself
 #define NORMSCAN_REDUCE_SCALE_OPS(X) \
   X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp) X(5, LayerNormOp) \
@@ -357,12 +366,26 @@ template <typename T, bool WIDE = false> struct ChannelRow {
   }
 };
 
-// Statistic `stat`'s mean and sum of squared deviations from it, where asked.
-template <typename A> __device__ __forceinline__ void write_stat(const Grouping<A>& g, int64_t stat, A mean, A m2) {
-  if (g.stats != nullptr) {
-    g.stats[2 * stat] = mean;
-    g.stats[2 * stat + 1] = m2;
+// A row's (a statistic's) factor and shift (rstd and mean for the centered ops).
+template <typename A> struct RowScale {
+  A scale, shift;
+};
+
+// Statistic `stat`'s mean, and its rstd or its sum of squared deviations m2, where asked: a
+// grouped op's mean and m2 (Grouping), a kRowStats op's mean and rstd (RowStatsArgs).
+template <typename A> __device__ __forceinline__ void write_pair(A* stats, int64_t stat, A first, A second) {
+  if (stats != nullptr) {
+    stats[2 * stat] = first;
+    stats[2 * stat + 1] = second;
   }
+}
+template <typename T>
+__device__ __forceinline__ void write_stat(const GroupedArgs<T>& a, int64_t stat, RowScale<acc_t<T>> rs, acc_t<T> m2) {
+  write_pair(a.grouping.stats, stat, rs.shift, m2);
+}
+template <typename T>
+__device__ __forceinline__ void write_stat(const RowStatsArgs<T>& a, int64_t stat, RowScale<acc_t<T>> rs, acc_t<T>) {
+  write_pair(a.stats, stat, rs.shift, rs.scale);
 }
 
 }  // namespace normscan

@@ -82,9 +82,6 @@ template <typename Op, typename A> struct RowAccumulator {
 };
 
 // A row's factor and shift (0 unless max-shifted or centered) from its statistic.
-template <typename A> struct RowScale {
-  A scale, shift;
-};
 template <typename Op, typename A>
 __device__ __forceinline__ RowScale<A> row_scale(RowStat<Op, A> stat, int64_t n, double eps, A pilot) {
   if constexpr (Op::kMaxShifted) return RowScale<A>{Op::scale(stat.sum, n, eps), stat.max};
@@ -231,8 +228,8 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scal
     r.template add_vectors<BLOCK>(0, r.s.nvec, acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length, a.eps, acc.pilot);
-    if constexpr (Op::kGrouped) {
-      if (threadIdx.x == 0) write_stat(a.grouping, row, rs.shift, stat.m2);
+    if constexpr (kWritesStats<Op>) {
+      if (threadIdx.x == 0) write_stat(a, row, rs, stat.m2);
     }
     if (r.has_edge(threadIdx.x)) r.template scale_edge<Op>(rs, a, row, threadIdx.x);
     r.template scale_vectors<BLOCK, Op>(0, r.s.nvec, rs, a, row);
@@ -295,7 +292,7 @@ __global__ void __launch_bounds__(BLOCK) reduce_scale_merge_stats_kernel(ArgsFor
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[parity], 0, me);
     if (threadIdx.x == 0) {
       merged[g] = stat;
-      write_stat(a.grouping, g, Convert<T>::to_acc(a.x[g * a.view.x_so]) + stat.mean, stat.m2);  // row g's pilot
+      write_pair(a.grouping.stats, g, Convert<T>::to_acc(a.x[g * a.view.x_so]) + stat.mean, stat.m2);  // row g's pilot
     }
   }
 }
@@ -322,6 +319,9 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     }
     const RereadRow<T, V> r(a, row, Op{});
     const RowScale<A> rs = row_scale<Op, A>(stat, n, a.eps, r.template pilot<Op>());
+    if constexpr (Op::kRowStats) {  // a grouped op's, merged by group: written there
+      if (span == 0 && threadIdx.x == 0) write_stat(a, row, rs, stat.m2);
+    }
     if (span == 0 && r.has_edge(threadIdx.x)) r.template scale_edge<Op>(rs, a, row, threadIdx.x);
     r.template scale_vectors<BLOCK, Op>(span * c.span, min64((span + 1) * c.span, r.s.nvec), rs, a, row);
   }

@@ -276,10 +276,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
 #endif
       }
     }
-    if constexpr (Op::kGrouped) {
-      if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a.grouping, cur.row, shift, sum);
-    }
     const A scale = Op::scale(sum, a.view.length, a.eps);
+    if constexpr (kWritesStats<Op>) {
+      if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a, cur.row, RowScale<A>{scale, shift}, sum);
+    }
     const ChannelRow<T> ch = [&] {  // a grouped op's weight and bias (only theirs: the others' code stays)
       if constexpr (Op::kGrouped) return ChannelRow<T>::at(a, cur.row);
       else return ChannelRow<T>{};

@@ -259,10 +259,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
         for (int v = 0; v < VI; ++v) scale[v] = Op::scale(sum.v[c][v], a.view.length, a.eps);
         // A grouped op's columns are its channels (the dispatcher's condition: inner ==
         // groups, span == length), each with its own statistic.
-        if constexpr (Op::kGrouped) {
+        if constexpr (kWritesStats<Op>) {
           if (ty == 0 && crank == 0) {
 #pragma unroll
-            for (int v = 0; v < VI; ++v) write_stat(a.grouping, o * a.view.inner + i + v, shift.v[c][v], sum.v[c][v]);
+            for (int v = 0; v < VI; ++v) write_stat(a, o * a.view.inner + i + v, RowScale<A>{scale[v], shift.v[c][v]}, sum.v[c][v]);
           }
         }
         auto scale_vec = [&](const VT& x, int64_t l) {

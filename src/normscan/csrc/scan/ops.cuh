@@ -62,7 +62,7 @@ template <typename T, typename Op> constexpr int scan_min_blocks(int asked) {
 }
 
 // The family's ops by id: the ids normscan's registry (normscan/ops.py) passes, checked
-// against this list by tests/test_registry.py.
+// against this list by tests/test_build.py.
 #ifndef NORMSCAN_SCAN_OPS  // an exported KernelBench file lists its one op itself
 #define NORMSCAN_SCAN_OPS(X) X(0, ProdOp) X(1, SumOp) X(2, MaskedSumOp)
 #endif
