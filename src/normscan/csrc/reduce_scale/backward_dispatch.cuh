@@ -68,12 +68,13 @@ namespace normscan {
 // softmax 8192x32768 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the
 // max-shifted ops' rows of a block, which measured slower so (fp32 softmax 32768x4096 0.540
 // -> 0.555, and 0.540 -> 0.548 with each exp computed once: NOTES.md). A centered op
-// (layer_norm) carries its mean's sums too: its kernels spilled at 64 registers (a block a
-// row group): they take the persistent grid, whose staged rows they read from shared memory
-// (backward.cuh), on blocks (clusters) of 256 threads, two a SM, where those hold the row
-// (H100, fp32 layer_norm 32768x4096 0.703 -> 0.556 ms, 8192x32768 1.441 -> 1.334: a block's
-// three passes and two reductions a row overlap the other block's); and two warps a row
-// where four would be half idle (fp32 65536x1024 0.325 -> 0.280).
+// (layer_norm) carries its bias's gradient too: its kernels spilled at 64 registers (a block
+// a row group, when they also found the row's mean): they take the persistent grid, whose
+// staged rows they read from shared memory (backward.cuh), on blocks (clusters) of 256
+// threads, two a SM, where those hold the row (H100, fp32 layer_norm 32768x4096 0.703 ->
+// 0.556 ms, 8192x32768 1.441 -> 1.334, with three passes and two reductions a row then: a
+// block's overlap the other block's); and two warps a row where four would be half idle
+// (fp32 65536x1024 0.325 -> 0.280).
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
