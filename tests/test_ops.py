@@ -523,6 +523,20 @@ def test_binding_refuses_what_the_kernels_cannot_take():
     with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):
         ext("group_norm").reduce_scale(x, y, None, None, groups, v, 0.0, (4, 8, 4),
                                        torch.empty(4, 2, device="cuda", dtype=torch.float64))
+    ln = REGISTRY["layer_norm"].op_id
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {l2} writes no statistics: stats must be None"):
+        ext("l2_normalize").reduce_scale(x, y, None, None, l2, v, 0.0, (), torch.empty(4, 2, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):  # one a row
+        ext("layer_norm").reduce_scale(x, y, None, None, ln, v, 0.0, (), torch.empty(3, 2, device="cuda"))
+    backward_ext = _build.load("reduce_scale_backward", ln)
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {ln} needs its forward's stats"):
+        backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0, None)
+    with pytest.raises(RuntimeError, match=f"reduce-scale op {rms} takes no stats: stats must be None"):
+        _build.load("reduce_scale_backward", rms).reduce_scale_backward(x, x, y, None, False, False, None, rms, v, 8,
+                                                                        1e-5, torch.empty(4, 2, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):
+        backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0,
+                                           torch.empty(4, 2, device="cuda", dtype=torch.float64))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['cumsum'].op_id} takes no mask"):
         ext("cumsum").scan(x, y, REGISTRY["cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.bool))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['masked_cumsum'].op_id} needs a mask"):

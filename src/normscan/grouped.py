@@ -95,18 +95,23 @@ def plan(x: torch.Tensor, y: torch.Tensor, groups: int, across_batch: bool) -> P
     return None
 
 
+def stats_dtype(x: torch.Tensor) -> torch.dtype:
+    """The kernels' statistics' dtype (their accumulator's): float64 for float64 x, else float32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def stats_like(x: torch.Tensor, groups: int, across_batch: bool) -> torch.Tensor:
     """The kernels' statistics buffer: (mean, sum of squared deviations) of each statistic,
-    in the accumulator's dtype (float64 for float64 x, else float32)."""
+    in stats_dtype."""
     n = x.shape[0]
     count = groups if across_batch else n * groups
-    return torch.empty(count, 2, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32, device=x.device)
+    return torch.empty(count, 2, dtype=stats_dtype(x), device=x.device)
 
 
 def stats_of(x: torch.Tensor, groups: int, across_batch: bool) -> torch.Tensor:
     """What the kernels' statistics hold, from PyTorch's reductions (the CPU path)."""
     n, c, s = counts(x)
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    acc = stats_dtype(x)
     wide = x.to(acc)
     flat = wide.transpose(0, 1).reshape(c, n * s) if across_batch else wide.reshape(n * groups, c // groups * s)
     mean = flat.mean(1)

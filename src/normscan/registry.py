@@ -324,10 +324,9 @@ class OpSpec:
         return self.has_stats or self.row_stats
 
     def row_stats_like(self, x: torch.Tensor, dim) -> torch.Tensor:
-        """A row_stats op's statistics buffer for x: (rows, 2), float32 (float64 for float64 x)."""
+        """A row_stats op's statistics buffer for x: (rows, 2), in grouped.stats_dtype."""
         rows = math.prod(x.shape[:x.dim() - len(dim)])
-        return torch.empty((rows, 2), dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
-                           device=x.device)
+        return torch.empty((rows, 2), dtype=grouped.stats_dtype(x), device=x.device)
 
     def checked(self, x, dim, args) -> tuple[torch.Tensor, int, list]:
         """The arguments validated: dim wrapped, the rest as the kernels take them; x converted
@@ -540,7 +539,7 @@ class OpSpec:
             return self._on_cpu_with_stats(x, dim, args)
         if self.row_stats:
             stats = reference.row_stats(x, len(dim), dict(zip(self.params, args))["eps"])
-            return self.on_cpu(x, dim, *args), stats.to(self.row_stats_like(x, dim).dtype)
+            return self.on_cpu(x, dim, *args), stats.to(grouped.stats_dtype(x))
         return self.on_cpu(x, dim, *args)
 
     # Backward (backward.py): the inputs are saved, and a row_stats op's row statistics (the

@@ -69,6 +69,17 @@ inline void check_param(const at::Tensor& x, const std::optional<at::Tensor>& t,
   }
 }
 
+// A statistics tensor of `count` statistics, two values each (count x 2: a grouped op's mean
+// and squared deviations, layer_norm's mean and rstd), checked: contiguous, in x's
+// accumulator type (acc_t), on x's device.
+template <typename A> A* checked_stats(const at::Tensor& x, const at::Tensor& stats, int64_t count) {
+  TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() &&
+                  stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) && stats.numel() == 2 * count,
+              "normscan: stats must be a contiguous (", num(count), ", 2) ", sizeof(A) == 8 ? "float64" : "float32",
+              " tensor on x's device");
+  return static_cast<A*>(stats.data_ptr());
+}
+
 // The launches' scratch memory, as the dispatchers ask for it (alloc(bytes) -> void*): from
 // torch's caching allocator on the current stream, held until this goes out of scope (the
 // allocator then keeps it for the stream's later work, which runs after the launches).

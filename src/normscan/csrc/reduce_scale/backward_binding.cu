@@ -25,23 +25,15 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_backward", [&] {
     using T = cuda_t<scalar_t>;
     using A = acc_t<T>;
-    ReduceScaleBackwardArgs<T> a{data<T>(x), data<T>(g),  mutable_data<T>(dx), weight ? data<T>(*weight) : nullptr,
-                                 nullptr,    nullptr,     v,                   g_row_stride,
-                                 eps};
+    ReduceScaleBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<T>(*weight) : nullptr,
+                                 nullptr, nullptr, v, g_row_stride, eps};
     const bool known = with_reduce_scale_op(op, [&](auto functor) {
       using Op = decltype(functor);
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
       TORCH_CHECK(stats.has_value() == Op::kRowStats, "normscan: reduce-scale op ", num(op),
                   Op::kRowStats ? " needs its forward's stats" : " takes no stats: stats must be None");
-      if (stats) {
-        TORCH_CHECK(stats->is_contiguous() && stats->device() == x.device() &&
-                        stats->scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) &&
-                        stats->numel() == 2 * v.outer,
-                    "normscan: stats must be a contiguous (", num(v.outer), ", 2) ",
-                    sizeof(A) == 8 ? "float64" : "float32", " tensor on x's device");
-        a.stats = static_cast<const A*>(stats->data_ptr());
-      }
+      if (stats) a.stats = checked_stats<A>(x, *stats, v.outer);
       // Partial sums a position: dw's, and a biased op's db beside it.
       const int sums_each = Op::kBiased ? 2 : 1;
       const int64_t sums = v.length * sums_each;

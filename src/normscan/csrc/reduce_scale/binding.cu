@@ -18,17 +18,6 @@ normscan::Grouping<A> checked_grouping(at::IntArrayRef g, const normscan::View& 
   return normscan::Grouping<A>{g[0], g[1], g[2], nullptr};
 }
 
-// The statistics' tensor of `count` statistics, checked: their mean and squared deviations
-// (count x 2), in x's accumulator type.
-template <typename A> A* checked_stats(const at::Tensor& x, const at::Tensor& stats, int64_t count) {
-  using normscan::num;
-  TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() &&
-                  stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) && stats.numel() == 2 * count,
-              "normscan: stats must be a contiguous (", num(count), ", 2) ", sizeof(A) == 8 ? "float64" : "float32",
-              " tensor on x's device");
-  return static_cast<A*>(stats.data_ptr());
-}
-
 // reduce_scale on a checked view.
 void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
                  const std::optional<at::Tensor>& bias, int64_t op, const normscan::View& v, double eps,
