@@ -537,6 +537,10 @@ def test_binding_refuses_what_the_kernels_cannot_take():
     with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):
         backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0,
                                            torch.empty(4, 2, device="cuda", dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="stats must be aligned to 8 bytes, a row's pair read as one "
+                                           r"\(its storage offset is 1\)"):
+        backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0,
+                                           torch.empty(9, device="cuda")[1:].view(4, 2))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['cumsum'].op_id} takes no mask"):
         ext("cumsum").scan(x, y, REGISTRY["cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.bool))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['masked_cumsum'].op_id} needs a mask"):

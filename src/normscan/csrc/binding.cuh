@@ -77,6 +77,10 @@ template <typename A> A* checked_stats(const at::Tensor& x, const at::Tensor& st
                   stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) && stats.numel() == 2 * count,
               "normscan: stats must be a contiguous (", num(count), ", 2) ", sizeof(A) == 8 ? "float64" : "float32",
               " tensor on x's device");
+  // A row's mean and rstd are copied as one (the backward's staged rows).
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(stats.data_ptr()) % (2 * sizeof(A)) == 0, "normscan: stats must be aligned to ",
+              2 * sizeof(A), " bytes, a row's pair read as one (its storage offset is ",
+              stats.storage_offset(), "): pass the forward's stats, or a clone of them");
   return static_cast<A*>(stats.data_ptr());
 }
 

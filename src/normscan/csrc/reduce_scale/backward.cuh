@@ -72,11 +72,19 @@ struct BackwardRowsConfig {
   template <typename T, int V, bool WEIGHTED> static __host__ __device__ constexpr bool weight_in_smem() {
     return WEIGHTED && IN_SMEM && staged<T, V>();
   }
-  // Dynamic shared memory: the stages of x and g (and the weight), or the row groups' dw
-  // sums at the end.
-  template <typename T, int V, bool WEIGHTED> static constexpr size_t smem_bytes() {
+  // A kRowStats op's statistics of a row copied into its stage with it, a copy a thread, where
+  // a cluster holds the row: loaded after the row's copies landed, they put an L2-cold load in
+  // each row's path there; staged in blocks of a row or less, they cost 2-5% (NOTES.md, "The
+  // statistics staged with their row").
+  template <typename T, int V, bool ROW_STATS> static __host__ __device__ constexpr bool stats_staged() {
+    return ROW_STATS && CLUSTER && staged<T, V>();
+  }
+  // Dynamic shared memory: the stages of x and g (and the weight, and the staged statistics),
+  // or the row groups' dw sums at the end.
+  template <typename T, int V, bool WEIGHTED, bool ROW_STATS> static constexpr size_t smem_bytes() {
+    const size_t stats = stats_staged<T, V, ROW_STATS>() ? size_t(stages<T>()) * BLOCK * 2 * sizeof(acc_t<T>) : 0;
     const size_t staging =
-        staged<T, V>() ? size_t(stages<T>() * 2 + weight_in_smem<T, V, WEIGHTED>()) * NV * BLOCK * 16 : 0;
+        staged<T, V>() ? size_t(stages<T>() * 2 + weight_in_smem<T, V, WEIGHTED>()) * NV * BLOCK * 16 + stats : 0;
     const size_t sums = WEIGHTED && kGroups > 1 ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
     return staging > sums ? staging : sums;
   }
@@ -110,7 +118,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   constexpr bool KEEPS_VALUES = sizeof(T) == sizeof(A) && !ROWS_IN_SMEM;
   using Sums = SumPair<A>;  // the row's two sums (the norms' S and D)
   // A centered op's row statistics (its forward's): mean, rstd.
+  static_assert(!Op::kCentered || Op::kRowStats, "a centered op's gradient reads its forward's statistics");
   using Stat = SumPair<A>;
+  constexpr bool STATS_STAGED = Cfg::template stats_staged<T, V, Op::kRowStats>();
   constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
   constexpr bool WEIGHT_IN_SMEM = Cfg::template weight_in_smem<T, V, WEIGHTED>();
   __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
@@ -143,6 +153,10 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   auto slot = [&](int s, int j, int k) { return reinterpret_cast<VT*>(smem + ((s * 2 + j) * NV + k) * BLOCK + threadIdx.x); };
   // The weight's vector k past the stages, where it is kept there.
   auto weight_slot = [&](int k) { return reinterpret_cast<VT*>(smem + (STAGES * 2 * NV + k) * BLOCK + threadIdx.x); };
+  // This thread's copy of the statistics of stage s's row, past those (staged rows).
+  auto stat_slot = [&](int s) {
+    return reinterpret_cast<Stat*>(smem + (STAGES * 2 + WEIGHT_IN_SMEM) * NV * BLOCK) + s * BLOCK + threadIdx.x;
+  };
 
   const int64_t first = static_cast<int64_t>(blockIdx.x / csize) * GROUPS;  // the block's first row group
   const int64_t step = static_cast<int64_t>(gridDim.x / csize) * GROUPS;
@@ -159,6 +173,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
           cp_async16(slot(s, 0, k), xr + col(k));
           cp_async16(slot(s, 1, k), gr + col(k));
         }
+      if constexpr (STATS_STAGED) cp_async_bytes<sizeof(Stat)>(stat_slot(s), a.stats + 2 * row);
     }
     cp_async_commit();
   };
@@ -224,10 +239,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     if constexpr (Op::kCentered) return Gradient::coefs(sd, stat.b, n);
     else return Gradient::coefs(sd, n, a.eps);
   };
-  // The pipelined block's sums of the row it posted last (its cluster's, once taken), and
-  // that row's statistics.
+  // The pipelined block's sums of the row it posted last (its cluster's, once taken).
   Sums posted_sums{A(0), A(0)};
-  Stat posted_stat{A(0), A(0)};
   // Scales row `row`, posted in round `round` from stage s, once its cluster's sums are in (a
   // cluster holds one row a visit and visits rows only: it is active).
   auto scale_posted = [&](unsigned round, int64_t row, int s) {
@@ -237,7 +250,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       if (csize > 1) sd = cluster_sums.template take<SumPairOp>(csize, round);
 #endif
       const VT unused[NV]{};  // its rows are read from their stages
-      scale_row(row, true, s, unused, unused, posted_stat.a, coefs_of(sd, posted_stat));
+      const Stat stat = STATS_STAGED ? *stat_slot(s) : Stat{A(0), A(0)};
+      scale_row(row, true, s, unused, unused, stat.a, coefs_of(sd, stat));
     }
   };
 
@@ -278,11 +292,12 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
     // This thread's vector k of the row, of x and of g.
     auto x_at = [&](int k) { return vec_at(held, 0, k, xv); };
     auto g_at = [&](int k) { return vec_at(held, 1, k, gv); };
-    // A centered op's statistics of the row (its forward's); asked before the copies were
-    // waited for, the 16-bit rows of a 256-thread block spilled 4 bytes.
+    // A kRowStats op's statistics of the row (its forward's): staged with the row, else
+    // loaded once its copies have landed (before, the 16-bit rows of a 256-thread block
+    // spilled 4 bytes).
     Stat stat{A(0), A(0)};
-    if constexpr (Op::kCentered) {
-      if (active) stat = Stat{a.stats[2 * row], a.stats[2 * row + 1]};
+    if constexpr (Op::kRowStats) {
+      if (active) stat = STATS_STAGED ? *stat_slot(held) : Stat{a.stats[2 * row], a.stats[2 * row + 1]};
     }
     A shift = stat.a;  // a centered op's mean (0 for the others)
     if constexpr (Op::kMaxShifted) {
@@ -328,7 +343,6 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #endif
       if (visit > 0) scale_posted(visit - 1, row - step, freed);
       posted_sums = sd;
-      posted_stat = stat;
       stage_in(base + (STAGES - 1) * step, freed);
     } else {
 #ifdef NORMSCAN_CLUSTERS

@@ -168,7 +168,7 @@ using CenteredOf = std::conditional_t<
 // (cluster) a row group.
 template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct BackwardRowsPlan {
   static constexpr auto kernel = reduce_scale_backward_rows_kernel<T, Op, Cfg, V, WEIGHTED>;
-  static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED>();
+  static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED, Op::kRowStats>();
   int cluster;
 
   int64_t units(const View& v) const { return Cfg::kCluster ? v.outer : ceil_div(v.outer, Cfg::kGroups); }
