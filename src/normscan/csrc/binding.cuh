@@ -80,7 +80,7 @@ template <typename A> A* checked_stats(const at::Tensor& x, const at::Tensor& st
   // A row's mean and rstd are copied as one (the backward's staged rows).
   TORCH_CHECK(reinterpret_cast<uintptr_t>(stats.data_ptr()) % (2 * sizeof(A)) == 0, "normscan: stats must be aligned to ",
               2 * sizeof(A), " bytes, a row's pair read as one (its storage offset is ",
-              stats.storage_offset(), "): pass the forward's stats, or a clone of them");
+              stats.storage_offset(), "): use the forward's stats, or a clone of them");
   return static_cast<A*>(stats.data_ptr());
 }
 
