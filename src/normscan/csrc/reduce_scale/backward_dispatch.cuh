@@ -145,22 +145,27 @@ template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
                                     BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
                                     BlockRung<BackwardRows>, Past...>;
-// fp32 rows with a weight past the widest block: pipelined clusters of up to 16 of the widest
-// blocks (one exchange a row, the forward's mean and rstd read), then the long rung:
-// layer_norm + w backward alone, ms (H100, 2026-11-28, tools/tune.py; long rung -> clusters of
-// up to 8 -> of up to 16): 8192x32768 1.113 -> 1.092 -> 1.090, 4096x131072 2.209 -> 2.448 ->
-// 2.192. The 16-bit ones' pipelined clusters, of 4 vectors a thread, spilled 12 bytes at 128
-// registers; of 3 (no spill), rows of 131072 took 11 blocks: 1.490 -> 1.581 (NOTES.md).
-using CenteredFloatPipelined =
-    BackwardRowsConfig<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_VECS,
-                       (NORMSCAN_BACKWARD_THREADS_SM + NORMSCAN_BACKWARD_BLOCK - 1) / NORMSCAN_BACKWARD_BLOCK,
-                       NORMSCAN_BACKWARD_PIPELINE_STAGES, true, true, false, NORMSCAN_BACKWARD_CENTERED_CLUSTER, true>;
+// Rows with a weight past the widest block (one exchange a row, the forward's mean and rstd
+// read) take pipelined clusters, one block a SM (its stages fill shared memory): fp32 of up
+// to 16 of the widest blocks, then the long rung: layer_norm + w backward alone, ms (H100,
+// 2026-11-28, tools/tune.py; long rung -> clusters of up to 8 -> of up to 16): 8192x32768
+// 1.113 -> 1.092 -> 1.090, 4096x131072 2.209 -> 2.448 -> 2.192. 16-bit: up to 8 narrow blocks
+// (255 registers a thread: at 128, 4 vectors a thread spilled 12 bytes), then the widest
+// blocks' clusters: H200, bf16 8192x32768 0.478 -> 0.459; 16 narrow ones for 4096x131072 lost
+// there (0.918 -> 0.944) though a spilling build of them won on the H100 (NOTES.md).
+template <int BLOCK, int MAX_CLUSTER>
+using CenteredPipelined =
+    BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_VECS, 1, NORMSCAN_BACKWARD_PIPELINE_STAGES, true, true, false,
+                       MAX_CLUSTER, true,
+                       BLOCK == 256 ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16 : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
-    CenteredRungs<BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK, true>,
+    CenteredRungs<CenteredPipelined<NORMSCAN_BACKWARD_CENTERED_BLOCK, kMaxPortableCluster>,
                   RegisterClusterRung<BackwardRows>, HalfLongRung>,
-    std::conditional_t<WEIGHTED && sizeof(T) == 4, CenteredRungs<CenteredFloatPipelined, LongRung<false>>,
+    std::conditional_t<WEIGHTED && sizeof(T) == 4,
+                       CenteredRungs<CenteredPipelined<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_CENTERED_CLUSTER>,
+                                     LongRung<false>>,
                        CenteredRungs<LongRung<false>>>>;
 
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
