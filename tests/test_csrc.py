@@ -31,6 +31,54 @@ def test_cuda_op_lists_are_the_registrys():
     assert backward == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}, backward
 
 
+# What a TORCH_CHECK message may stream: string literals, numbers through binding.cuh's num,
+# a choice of two literals, and these strings. A number streamed itself (c10::str ->
+# ostream::_M_insert<long>) crashed the process on the device's toolchain (NOTES.md), once in
+# 2026-11 and again on 2026-11-28 in a new check of the stats' alignment.
+_LITERAL = r'(?:"(?:[^"\\]|\\.)*"\s*)+'
+_MESSAGE_ARG = re.compile(rf"{_LITERAL}|num\(.*\)|[^?]+\?\s*{_LITERAL}:\s*{_LITERAL}|what|name|cudaGetErrorString\(err\)",
+                          re.S)
+
+
+def _top_level_args(text: str) -> list[str]:
+    """The comma-separated arguments of a call's text (after its open parenthesis, to its
+    close), nested brackets and string literals kept whole."""
+    args, depth, start, quote, i = [], 0, 0, None, 0
+    while True:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                return args + [text[start:i].strip()]
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+
+
+def test_check_messages_stream_no_numbers():
+    checks = 0
+    for path in sorted((ROOT / "src/normscan/csrc").rglob("*")):
+        if path.suffix not in (".cu", ".cuh", ".h"):
+            continue
+        text = path.read_text()
+        for m in re.finditer(r"\bTORCH_CHECK\(", text):
+            checks += 1
+            for arg in _top_level_args(text[m.end():])[1:]:
+                line = text.count("\n", 0, m.start()) + 1
+                assert _MESSAGE_ARG.fullmatch(arg), f"{path.name}:{line}: message streams {arg!r}: wrap a number in num()"
+    assert checks > 20  # the scan found them
+
+
 def _torch_includes(tmp_path: Path) -> list[str]:
     torch = pytest.importorskip("torch")
     from torch.utils import cpp_extension

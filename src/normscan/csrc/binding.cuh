@@ -71,16 +71,15 @@ inline void check_param(const at::Tensor& x, const std::optional<at::Tensor>& t,
 
 // A statistics tensor of `count` statistics, two values each (count x 2: a grouped op's mean
 // and squared deviations, layer_norm's mean and rstd), checked: contiguous, in x's
-// accumulator type (acc_t), on x's device.
+// accumulator type (acc_t), on x's device, and aligned to a pair (the backward's staged rows
+// copy a row's pair as one).
 template <typename A> A* checked_stats(const at::Tensor& x, const at::Tensor& stats, int64_t count) {
   TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() &&
-                  stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) && stats.numel() == 2 * count,
+                  stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat) && stats.numel() == 2 * count &&
+                  reinterpret_cast<uintptr_t>(stats.data_ptr()) % (2 * sizeof(A)) == 0,
               "normscan: stats must be a contiguous (", num(count), ", 2) ", sizeof(A) == 8 ? "float64" : "float32",
-              " tensor on x's device");
-  // A row's mean and rstd are copied as one (the backward's staged rows).
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(stats.data_ptr()) % (2 * sizeof(A)) == 0, "normscan: stats must be aligned to ",
-              2 * sizeof(A), " bytes, a row's pair read as one (its storage offset is ",
-              stats.storage_offset(), "): use the forward's stats, or a clone of them");
+              " tensor on x's device, aligned to ", num(2 * sizeof(A)),
+              " bytes: use the forward's stats, or a clone of them");
   return static_cast<A*>(stats.data_ptr());
 }
 
