@@ -86,14 +86,18 @@ using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
 // fp32 4096x16384 0.290 -> 0.273, 2048x32768 0.302 -> 0.277, 1024x65536 0.297 -> 0.280;
 // bf16 2048x32768 0.171 -> 0.161 -> 0.152, 1024x65536 0.173 -> 0.161 -> 0.153 (fp32's narrow
 // blocks at 4 stages: 0.273 -> 0.276 and 0.277 -> 0.275).
-template <int BLOCK, int TPR, bool CLUSTER = false>
-using PipelinedRows = BackwardRowsConfig<
-    BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK,
+// MINB resident blocks a SM asked, clusters of up to MAX_CLUSTER blocks.
+template <int BLOCK, int TPR, bool CLUSTER, int MINB, int MAX_CLUSTER>
+using PipelinedConfig = BackwardRowsConfig<
+    BLOCK, TPR, NORMSCAN_BACKWARD_VECS, MINB,
     NORMSCAN_BACKWARD_PIPELINE ? NORMSCAN_BACKWARD_PIPELINE_STAGES : NORMSCAN_BACKWARD_STAGES, CLUSTER, true, false,
-    kMaxPortableCluster, NORMSCAN_BACKWARD_PIPELINE,
+    MAX_CLUSTER, NORMSCAN_BACKWARD_PIPELINE,
     !NORMSCAN_BACKWARD_PIPELINE ? NORMSCAN_BACKWARD_STAGES
     : BLOCK == 256              ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16
                                 : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
+template <int BLOCK, int TPR, bool CLUSTER = false>
+using PipelinedRows =
+    PipelinedConfig<BLOCK, TPR, CLUSTER, (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, kMaxPortableCluster>;
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRowsPerGroup =
     BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
@@ -153,11 +157,7 @@ using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>
 // (255 registers a thread: at 128, 4 vectors a thread spilled 12 bytes), then the widest
 // blocks' clusters: H200, bf16 8192x32768 0.478 -> 0.459; 16 narrow ones for 4096x131072 lost
 // there (0.918 -> 0.944) though a spilling build of them won on the H100 (NOTES.md).
-template <int BLOCK, int MAX_CLUSTER>
-using CenteredPipelined =
-    BackwardRowsConfig<BLOCK, BLOCK, NORMSCAN_BACKWARD_VECS, 1, NORMSCAN_BACKWARD_PIPELINE_STAGES, true, true, false,
-                       MAX_CLUSTER, true,
-                       BLOCK == 256 ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16 : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
+template <int BLOCK, int MAX_CLUSTER> using CenteredPipelined = PipelinedConfig<BLOCK, BLOCK, true, 1, MAX_CLUSTER>;
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
