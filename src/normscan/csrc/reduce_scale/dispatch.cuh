@@ -191,10 +191,9 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
     if (nvec <= RowsTwoWarps::kVecsPerBlock) return launch_rows<T, Op, RowsTwoWarps>(a, 1, stream);
     if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, 1, stream);
     if (nvec <= RowsEightWarps::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarps>(a, 1, stream);
-    if (nvec <= RowsSixteenWarps::kVecsPerBlock) return launch_rows<T, Op, RowsSixteenWarps>(a, 1, stream);
-    if constexpr (kThousandThreads<T, Op>) {
-      if (nvec <= RowsBlock::kVecsPerBlock) return launch_rows<T, Op, RowsBlock>(a, 1, stream);
-    }
+    if (nvec <= RowsEightWarpsEightVecs::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarpsEightVecs>(a, 1, stream);
+    if (nvec <= RowsSixteenWarpsEightVecs::kVecsPerBlock)
+      return launch_rows<T, Op, RowsSixteenWarpsEightVecs>(a, 1, stream);
     using Cluster = RowsCluster<T, Op>;
     const int max_cluster = d.major >= 9 ? rows_max_cluster<T, Op>(a) : 1;
     if (nvec <= Cluster::kVecsPerBlock * max_cluster) {
