@@ -191,9 +191,8 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
     if (nvec <= RowsTwoWarps::kVecsPerBlock) return launch_rows<T, Op, RowsTwoWarps>(a, 1, stream);
     if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, 1, stream);
     if (nvec <= RowsEightWarps::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarps>(a, 1, stream);
-    if (nvec <= RowsEightWarpsEightVecs::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarpsEightVecs>(a, 1, stream);
-    if (nvec <= RowsSixteenWarpsEightVecs::kVecsPerBlock)
-      return launch_rows<T, Op, RowsSixteenWarpsEightVecs>(a, 1, stream);
+    if (nvec <= RowsOf2048<T, Op>::kVecsPerBlock) return launch_rows<T, Op, RowsOf2048<T, Op>>(a, 1, stream);
+    if (nvec <= RowsOf4096<T, Op>::kVecsPerBlock) return launch_rows<T, Op, RowsOf4096<T, Op>>(a, 1, stream);
     using Cluster = RowsCluster<T, Op>;
     const int max_cluster = d.major >= 9 ? rows_max_cluster<T, Op>(a) : 1;
     if (nvec <= Cluster::kVecsPerBlock * max_cluster) {

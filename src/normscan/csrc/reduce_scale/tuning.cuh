@@ -52,29 +52,39 @@ namespace normscan {
 // thread whose vector slots sit half empty keeps half the bytes in flight: 65536x1024 ran
 // at 0.95x of torch.compile on 128 threads per row, 4096-float rows on 512 threads at 89%
 // of copy against 95% on 256.
-// Rows of 1025-4096 vectors: 8 vectors a thread, so that a SM holds two blocks or more and
-// one block's loads overlap another's stores. Measured on the H200, ms, 2026-11-28
-// (tools/tune.py, 3 rounds):
-// - 1025-2048 vectors on 256 threads (four blocks a SM), from 512 of 4 (two): (8192, 16384)
-//   bf16 l2_normalize 0.127 -> 0.124 (98.3 -> 100.7% of copy), rms_norm + w 0.130 -> 0.126
-//   (512 of 4 asked for three blocks a SM: 0.124 and 0.229, spilled). A probe of rows not
-//   in the sweep (two runs alike): fp32 (32768, 4100), half-filled slots, softmax 0.380 ->
-//   0.256, layer_norm + w 0.451 -> 0.283, l2_normalize 0.323 -> 0.248; (16384, 8192) softmax
-//   0.259 -> 0.250, layer_norm + w 0.278 -> 0.252, but l2_normalize 0.2467 -> 0.2505 (101.4 ->
-//   99.9%) and rms_norm + w 0.249 -> 0.251; bf16 (16384, 16384) layer_norm + w 0.311 -> 0.262.
+// Rows of 1025-4096 vectors: 8 vectors a thread where the kernel holds them in 64 registers
+// without spilling (kRowsEightVecs), so that a SM holds two blocks or more and one block's
+// loads overlap another's stores; the others keep 4 a thread. Measured on the H200, ms,
+// 2026-11-28 (tools/tune.py, 3 rounds):
+// - 1025-2048 vectors on 256 threads (four blocks a SM), from 512 of 4 (two). A probe of rows
+//   not in the sweep (two runs alike): fp32 (32768, 4100), half-filled slots, softmax 0.380
+//   -> 0.256, layer_norm + w 0.451 -> 0.283, l2_normalize 0.323 -> 0.248; (16384, 8192)
+//   softmax 0.259 -> 0.250, layer_norm + w 0.278 -> 0.252, but l2_normalize 0.2467 -> 0.2505
+//   (101.4 -> 99.9% of copy) and rms_norm + w 0.249 -> 0.251; bf16 (8192, 16384) l2_normalize
+//   0.127 -> 0.124 (98.3 -> 100.7%).
 // - 2049-4096 vectors on 512 threads (two blocks a SM), from one block of 1024 threads of 4
 //   a SM: (8192, 16384) fp32 l2_normalize 0.284 -> 0.251 (88.7 -> 100.6%), l1 0.283 -> 0.250,
-//   rms_norm + w 0.292 -> 0.253; (8192, 32768) bf16 layer_norm + w 0.345 -> 0.273. The
-//   softmaxes took the cluster's block there (one of 1024 threads a SM had run their 16-bit
-//   rows of 32768 at 73-78% of copy, H100) and take this one too: softmax and log_softmax
-//   bf16 0.309 -> 0.251 and 0.302 -> 0.251 (99.6%). On the H100, 1024 x 4 once measured 0.5%
-//   faster than 512 x 8 on fp32 rows of 16384; neither change is timed there since.
+//   rms_norm + w 0.292 -> 0.253. The softmaxes took the cluster's block there (one of 1024
+//   threads a SM had run their 16-bit rows of 32768 at 73-78% of copy, H100) and take this
+//   one too: softmax and log_softmax (8192, 32768) bf16 0.309 -> 0.251 and 0.302 -> 0.251
+//   (99.6%). On the H100, 1024 x 4 once measured 0.5% faster than 512 x 8 on fp32 rows of
+//   16384; neither change is timed there since.
+// - Spilling at 8 (ptxas, sm_90 or sm_80: 12-144 bytes), so at 4: 16-bit rms_norm, layer_norm
+//   and group_norm, fp32 group_norm, and the doubles of the norms. Their spilling builds
+//   still ran faster: bf16 rms_norm + w (8192, 16384) 0.130 -> 0.126, layer_norm + w (8192,
+//   32768) 0.345 -> 0.271, (16384, 16384) 0.311 -> 0.262 (16 and 32 bytes spilled).
+template <typename T, typename Op>
+constexpr bool kRowsEightVecs = sizeof(T) == 4   ? !Op::kGrouped
+                                : sizeof(T) == 2 ? !(Op::kWeighted || Op::kCentered || Op::kGrouped)
+                                                 : Op::kMaxShifted;
 using RowsOneWarp = RowsConfig<256, 32, 4, 0, 4>;
 using RowsTwoWarps = RowsConfig<256, 64, 4, 0, 4>;
 using RowsFourWarps = RowsConfig<256, 128, 4, 0, 4>;
 using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
-using RowsEightWarpsEightVecs = RowsConfig<256, 256, 8, 0, 4>;
-using RowsSixteenWarpsEightVecs = RowsConfig<512, 512, 8, 0, 2>;
+template <typename T, typename Op>
+using RowsOf2048 = std::conditional_t<kRowsEightVecs<T, Op>, RowsConfig<256, 256, 8, 0, 4>, RowsConfig<512, 512, 4, 0, 2>>;
+template <typename T, typename Op>
+using RowsOf4096 = std::conditional_t<kRowsEightVecs<T, Op>, RowsConfig<512, 512, 8, 0, 2>, RowsConfig<1024, 1024, 4, 0, 1>>;
 // Longer rows: a cluster of up to 8 blocks (sm_90) of 512 threads holding 16 vectors each,
 // those beyond the registers in shared memory (fp32 keeps 5 in registers: 8 and 8, or 6
 // and 10, spill; other types 4). Shared memory halves the cluster a long row needs, and
