@@ -81,17 +81,21 @@ using RowsOneWarp = RowsConfig<256, 32, 4, 0, 4>;
 using RowsTwoWarps = RowsConfig<256, 64, 4, 0, 4>;
 using RowsFourWarps = RowsConfig<256, 128, 4, 0, 4>;
 using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
-#ifndef NORMSCAN_ROWS_SPLIT_HELD  // 1: those that spill at 8 hold 4 in registers and 4 in shared memory instead
+// A hook, not yet timed: 1 gives those that spill at 8, but group_norm, 4 vectors in registers
+// and 4 in shared memory on the same blocks (no spill then, sm_90 and sm_80; 16-bit group_norm
+// spilled 4 bytes so).
+#ifndef NORMSCAN_ROWS_SPLIT_HELD
 #define NORMSCAN_ROWS_SPLIT_HELD 0
 #endif
+template <typename T, typename Op> constexpr bool kRowsSplitHeld = NORMSCAN_ROWS_SPLIT_HELD && !Op::kGrouped;
 template <typename T, typename Op>
 using RowsOf2048 = std::conditional_t<
     kRowsEightVecs<T, Op>, RowsConfig<256, 256, 8, 0, 4>,
-    std::conditional_t<NORMSCAN_ROWS_SPLIT_HELD, RowsConfig<256, 256, 4, 4, 4>, RowsConfig<512, 512, 4, 0, 2>>>;
+    std::conditional_t<kRowsSplitHeld<T, Op>, RowsConfig<256, 256, 4, 4, 4>, RowsConfig<512, 512, 4, 0, 2>>>;
 template <typename T, typename Op>
 using RowsOf4096 = std::conditional_t<
     kRowsEightVecs<T, Op>, RowsConfig<512, 512, 8, 0, 2>,
-    std::conditional_t<NORMSCAN_ROWS_SPLIT_HELD, RowsConfig<512, 512, 4, 4, 2>, RowsConfig<1024, 1024, 4, 0, 1>>>;
+    std::conditional_t<kRowsSplitHeld<T, Op>, RowsConfig<512, 512, 4, 4, 2>, RowsConfig<1024, 1024, 4, 0, 1>>>;
 // Longer rows: a cluster of up to 8 blocks (sm_90) of 512 threads holding 16 vectors each,
 // those beyond the registers in shared memory (fp32 keeps 5 in registers: 8 and 8, or 6
 // and 10, spill; other types 4). Shared memory halves the cluster a long row needs, and
