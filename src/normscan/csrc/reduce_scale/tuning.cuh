@@ -87,15 +87,16 @@ using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
 #ifndef NORMSCAN_ROWS_SPLIT_HELD
 #define NORMSCAN_ROWS_SPLIT_HELD 0
 #endif
-template <typename T, typename Op> constexpr bool kRowsSplitHeld = NORMSCAN_ROWS_SPLIT_HELD && !Op::kGrouped;
-template <typename T, typename Op>
-using RowsOf2048 = std::conditional_t<
-    kRowsEightVecs<T, Op>, RowsConfig<256, 256, 8, 0, 4>,
-    std::conditional_t<kRowsSplitHeld<T, Op>, RowsConfig<256, 256, 4, 4, 4>, RowsConfig<512, 512, 4, 0, 2>>>;
-template <typename T, typename Op>
-using RowsOf4096 = std::conditional_t<
-    kRowsEightVecs<T, Op>, RowsConfig<512, 512, 8, 0, 2>,
-    std::conditional_t<kRowsSplitHeld<T, Op>, RowsConfig<512, 512, 4, 4, 2>, RowsConfig<1024, 1024, 4, 0, 1>>>;
+template <typename Op> constexpr bool kRowsSplitHeld = NORMSCAN_ROWS_SPLIT_HELD && !Op::kGrouped;
+// Rows of up to 8 * BLOCK vectors: BLOCK threads of 8 (1024 / BLOCK blocks a SM), or of 4 and 4
+// in shared memory (the hook), or else twice the threads of 4.
+template <typename T, typename Op, int BLOCK>
+using RowsOfEightVecs = std::conditional_t<
+    kRowsEightVecs<T, Op>, RowsConfig<BLOCK, BLOCK, 8, 0, 1024 / BLOCK>,
+    std::conditional_t<kRowsSplitHeld<Op>, RowsConfig<BLOCK, BLOCK, 4, 4, 1024 / BLOCK>,
+                       RowsConfig<2 * BLOCK, 2 * BLOCK, 4, 0, 512 / BLOCK>>>;
+template <typename T, typename Op> using RowsOf2048 = RowsOfEightVecs<T, Op, 256>;
+template <typename T, typename Op> using RowsOf4096 = RowsOfEightVecs<T, Op, 512>;
 // Longer rows: a cluster of up to 8 blocks (sm_90) of 512 threads holding 16 vectors each,
 // those beyond the registers in shared memory (fp32 keeps 5 in registers: 8 and 8, or 6
 // and 10, spill; other types 4). Shared memory halves the cluster a long row needs, and
