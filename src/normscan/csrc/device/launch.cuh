@@ -11,9 +11,17 @@ constexpr int kMaxDevices = 64;
 struct DeviceInfo {
   int sms = 0;
   int major = 0;
-  int smem_optin = 0;  // shared memory a block can have, opted in
-  int smem_sm = 0;     // a SM's, its blocks' and their reserves together
+  int smem_optin = 0;      // shared memory a block can have, opted in
+  int smem_sm = 0;         // a SM's, its blocks' and their reserves together
+  double dram_per_sm = 0;  // peak DRAM bytes a second a SM: memory clock x 2 x bus width / SMs (0: not reported)
 };
+
+// Devices whose DRAM feeds a SM more than this at peak need more independent bytes in flight
+// a SM to stream at their copy rate: an H100 SXM 25.4e9 (2619 MHz, 5120 bits), an H200 36.4e9
+// (3201 MHz, 6016 bits as it reports them). The configurations the two measure best apart
+// ask this (tuning.cuh).
+constexpr double kFastDramPerSm = 30e9;
+inline bool fast_dram(const DeviceInfo& d) { return d.dram_per_sm > kFastDramPerSm; }
 
 inline cudaError_t device_info(DeviceInfo* out) {
   static DeviceInfo cache[kMaxDevices];
@@ -29,8 +37,15 @@ inline cudaError_t device_info(DeviceInfo* out) {
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&d.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
     if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    int clock_khz = 0, bus_bits = 0, sms = 0;
+    err = cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev);
     if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    d.dram_per_sm = sms > 0 ? 1e3 * clock_khz * 2 * (bus_bits / 8.0) / sms : 0;
+    d.sms = sms;  // last: a nonzero sms marks the entry read
   }
   *out = d;
   return cudaSuccess;

@@ -79,15 +79,15 @@ template <auto kernel, int B> inline cudaError_t channels_held_tiles(int* out) {
   return cudaSuccess;
 }
 
-// Statistics shared by rows taken by the whole GPU one after another (channels.cuh), where
-// each is NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold or more: *launched tells
-// whether they were. A block holds as many tiles as the device's shared memory takes.
-// Doubles are read twice (channels.cuh's batches spilled).
-template <typename T, typename Op, typename Alloc>
-inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
+// Statistics shared by rows taken by the whole GPU one after another (channels.cuh), in
+// Cfg's blocks and streams, where each is NORMSCAN_CHANNELS_MIN_RATIO times what the blocks
+// hold or more: *launched tells whether they were. A block holds as many tiles as the
+// device's shared memory takes. Doubles are read twice (channels.cuh's batches spilled).
+template <typename T, typename Op, typename Cfg, typename Alloc>
+inline cudaError_t launch_channels_of(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
   *launched = false;
   if constexpr (Op::kGrouped && sizeof(T) != 8) {
-    constexpr int V = vec16<T>(), B = kChannelsBlock;
+    constexpr int V = vec16<T>(), B = Cfg::kBlock;
     constexpr auto kernel = reduce_scale_channels_kernel<T, Op, B>;
     const View& v = a.view;
     const Grouping<acc_t<T>>& g = a.grouping;
@@ -103,7 +103,7 @@ inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream,
     err = resident_units<kernel>(dim3(B), 1, smem, &resident);
     if (err != cudaSuccess) return err;
     const int64_t row_tiles = ceil_div(v.length / V, B), tiles = v.outer / g.stat_groups * row_tiles;
-    const int64_t streams = min64(NORMSCAN_CHANNELS_STREAMS, g.stat_groups), blocks = resident / streams;
+    const int64_t streams = min64(Cfg::kStreams, g.stat_groups), blocks = resident / streams;
     if (blocks == 0 || tiles < NORMSCAN_CHANNELS_MIN_RATIO * held * blocks || tiles > UINT32_MAX - blocks)
       return cudaSuccess;
     using State = HeldState<RowStat<Op, acc_t<T>>>;
@@ -118,6 +118,14 @@ inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream,
                                 State::in(workspace, g.stat_groups));
   }
   return cudaSuccess;
+}
+template <typename T, typename Op, typename Alloc>
+inline cudaError_t launch_channels(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc, bool* launched) {
+  DeviceInfo d;
+  const cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  return channels_two_streams(d) ? launch_channels_of<T, Op, ChannelsTwoStreams>(a, stream, alloc, launched)
+                                 : launch_channels_of<T, Op, ChannelsOneStream>(a, stream, alloc, launched);
 }
 
 // The held kernels of a config (held.cuh): parts of kPart vectors in two buffers a block.

@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "../device/launch.cuh"
 #include "channels.cuh"
 #include "held.cuh"
 #include "rows.cuh"
@@ -265,7 +266,7 @@ using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMax
 using HeldSmParts = HeldConfig<1024, 6, 512>;
 
 // Statistics shared by rows (batch_norm's channels) taken by the whole GPU one after another
-// (channels.cuh), blocks of kChannelsBlock threads, where each statistic is at least
+// (channels.cuh), where each statistic is at least
 // NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold (else the split kernels read it
 // twice): smaller ones have no re-read tiles of the next channel to sum while they wait, and
 // measured slower (ms, H100, 2026-11-26, split kernels -> this kernel: (128, 64, 256, 256)
@@ -278,17 +279,23 @@ using HeldSmParts = HeldConfig<1024, 6, 512>;
 #ifndef NORMSCAN_CHANNELS_MAX_HELD
 #define NORMSCAN_CHANNELS_MAX_HELD 12
 #endif
-// Groups of blocks taking alternate channels (STREAMS), and threads a block: 2 groups of 512
-// (two blocks a SM) against 1 of 1024 took KernelBench 33 from 4.175 to 4.234 ms, and the
-// channels the blocks hold whole from 2.376 to 2.036 ((128, 64, 256, 256) fp32; the split
-// kernels 2.141).
-#ifndef NORMSCAN_CHANNELS_BLOCK
-#define NORMSCAN_CHANNELS_BLOCK 1024
+// Groups of blocks taking alternate channels (STREAMS), and threads a block (two streams of
+// 512-thread blocks, two a SM, or one of 1024), chosen by the device's DRAM (fast_dram).
+// KernelBench 33, ms, one stream of 1024 -> two of 512: H100 4.175 -> 4.234 (2026-11-26; and
+// the channels the blocks hold whole, (128, 64, 256, 256) fp32, which take the split kernels
+// instead, 2.376 -> 2.036); H200 3.234 -> 3.108, 92.9 -> 97.1% of copy (2026-11-28,
+// tools/tune.py, 3 rounds, by flags), and chosen so by the device, 3.248 -> 3.122.
+template <int BLOCK, int STREAMS> struct ChannelsConfig {
+  static constexpr int kBlock = BLOCK, kStreams = STREAMS;
+};
+using ChannelsOneStream = ChannelsConfig<1024, 1>;
+using ChannelsTwoStreams = ChannelsConfig<512, 2>;
+#ifndef NORMSCAN_CHANNELS_TWO_STREAMS  // 1: every device takes two streams, 0: none, -1: those with fast DRAM
+#define NORMSCAN_CHANNELS_TWO_STREAMS -1
 #endif
-#ifndef NORMSCAN_CHANNELS_STREAMS
-#define NORMSCAN_CHANNELS_STREAMS 1
-#endif
-constexpr int kChannelsBlock = NORMSCAN_CHANNELS_BLOCK;
+inline bool channels_two_streams(const DeviceInfo& d) {
+  return NORMSCAN_CHANNELS_TWO_STREAMS < 0 ? fast_dram(d) : NORMSCAN_CHANNELS_TWO_STREAMS > 0;
+}
 
 // ---------------------------------------------------------------- strided (inner > 1)
 // Each config holds BY * ITEMS positions of the reduced dim a block (kHeld).
