@@ -70,7 +70,7 @@ namespace normscan {
 //   one too: softmax and log_softmax (8192, 32768) bf16 0.309 -> 0.251 and 0.302 -> 0.251
 //   (99.6%). On the H100, 1024 x 4 once measured 0.5% faster than 512 x 8 on fp32 rows of
 //   16384; neither change is timed there since.
-// - Spilling at 8 (ptxas, sm_90 or sm_80: 12-144 bytes), so at 4: 16-bit rms_norm, layer_norm
+// - Spilling at 8 (ptxas, sm_90 or sm_80: 12-144 bytes), so at 4 in registers: 16-bit rms_norm, layer_norm
 //   and group_norm, fp32 group_norm, and the doubles of the norms. Their spilling builds
 //   still ran faster: bf16 rms_norm + w (8192, 16384) 0.130 -> 0.126, layer_norm + w (8192,
 //   32768) 0.345 -> 0.271, (16384, 16384) 0.311 -> 0.262 (16 and 32 bytes spilled).
@@ -82,15 +82,18 @@ using RowsOneWarp = RowsConfig<256, 32, 4, 0, 4>;
 using RowsTwoWarps = RowsConfig<256, 64, 4, 0, 4>;
 using RowsFourWarps = RowsConfig<256, 128, 4, 0, 4>;
 using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
-// A hook, not yet timed: 1 gives those that spill at 8, but group_norm, 4 vectors in registers
-// and 4 in shared memory on the same blocks (no spill then, sm_90 and sm_80; 16-bit group_norm
-// spilled 4 bytes so).
+// Those that spill at 8, but group_norm, hold 4 vectors in registers and 4 in shared memory on
+// the same blocks (no spill so, sm_90 and sm_80; 16-bit group_norm spilled 4 bytes so, and
+// keeps twice the threads of 4). H200, 2026-11-28, tools/tune.py, 3 rounds, ms, twice the
+// threads of 4 -> this: bf16 layer_norm + w (8192, 32768) 0.343 -> 0.284 (73.2 -> 88.2% of
+// copy), rms_norm + w (8192, 16384) 0.131 -> 0.129, (32768, 4096) 0.123 -> 0.124. 0 gives
+// back twice the threads of 4.
 #ifndef NORMSCAN_ROWS_SPLIT_HELD
-#define NORMSCAN_ROWS_SPLIT_HELD 0
+#define NORMSCAN_ROWS_SPLIT_HELD 1
 #endif
 template <typename Op> constexpr bool kRowsSplitHeld = NORMSCAN_ROWS_SPLIT_HELD && !Op::kGrouped;
 // Rows of up to 8 * BLOCK vectors: BLOCK threads of 8 (1024 / BLOCK blocks a SM), or of 4 and 4
-// in shared memory (the hook), or else twice the threads of 4.
+// in shared memory, or else twice the threads of 4.
 template <typename T, typename Op, int BLOCK>
 using RowsOfEightVecs = std::conditional_t<
     kRowsEightVecs<T, Op>, RowsConfig<BLOCK, BLOCK, 8, 0, 1024 / BLOCK>,
