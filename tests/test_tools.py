@@ -1,5 +1,5 @@
 """tools/ without a GPU: what tools/tune.py builds for the entries it times; what
-tools/kernelbench_eval.py checks; tools/ncu_probe.py's programs."""
+tools/kernelbench_eval.py checks; tools/ncu_probe.py's programs; tools/device-check.sh's steps."""
 
 import json
 import os
@@ -144,3 +144,16 @@ def test_views_time_parses_its_shapes_and_refuses_bad_ones():
     with pytest.raises(SystemExit):
         views_time.parse(["--shapes", "8,1024,4,8"])  # inner past full
     assert set(views_time.OPS) <= set(REGISTRY)
+
+
+def test_device_check_parses_and_names_every_step_in_its_usage():
+    import re
+    import subprocess
+    script = Path(__file__).resolve().parent.parent / "tools" / "device-check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    usage = set(re.search(r"# Usage: \S+ OUTDIR \[([^\]]+)\]", text).group(1).split("|"))
+    cased = set()
+    for pattern in re.findall(r"^ +([a-z|]+)\)", text, re.M):
+        cased |= set(pattern.split("|"))
+    assert usage == cased, (usage ^ cased)

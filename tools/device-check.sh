@@ -2,7 +2,7 @@
 # On a GPU machine, from a checkout: build, GPU tests, the main job, the sweeps, and probes.
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
-# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|kernels|overhead|verify]...
+# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify]...
 #   (default steps: tests cases bench)
 #   tests: every test but test_kernels.py's cases (the step cases), the >2**31-element
 #   cases and the nvcc compile checks (CI runs those), in 8 pytest-xdist processes (in one
@@ -16,11 +16,12 @@
 #   bytes (ncu's own counters), throughput, warp stalls and occupancy of the open gaps'
 #   kernels (long rows, channel RMSNorm, small-inner scans, 23's rows, 40's held rows), and
 #   QuACK's long-row kernel where it imports;
-#   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck;
+#   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck, an op a
+#   process, without PyTorch's caching allocator (memcheck or racecheck: one of the two);
 #   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); overhead:
 #   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:
 #   `normscan verify`, every case including the >2**31-element ones.
-# Seen on an H100: every op's build side by side ~60 s, cases 17 s, sanitize ~4.5 min, bench
+# Seen on an H100: every op's build side by side ~60 s, cases 17 s, sanitize ~4.5 min (1210 cases a tool then; 2971 now), bench
 # and the two sweeps with the peers ~4 min together, their install included (2026-11-25);
 # huge 3 min (2026-11-26).
 set -uo pipefail
@@ -58,11 +59,19 @@ for step in $steps; do
              tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
     tune) wait; python3 tools/tune.py "${variants[@]}" 2>&1 | tee "$dir/tune.log" | tail -60 || status=1 ;;
     ncu) python3 tools/ncu_probe.py "$dir" 2>&1 | tail -40 || status=1 ;;
-    sanitize) for tool in memcheck racecheck; do  # our kernels only: torch's reductions are not ours to check
-                compute-sanitizer --tool $tool --kernel-name kns=normscan --error-exitcode 9 \
-                  python3 -m normscan verify --quick --no-huge > "$dir/sanitize-$tool.log" 2>&1
-                echo "compute-sanitizer $tool: exit $?"; grep -E "ERROR SUMMARY|passed," "$dir/sanitize-$tool.log" | tail -2
-              done ;;
+    sanitize|memcheck|racecheck)
+      tools=$step; [ $step = sanitize ] && tools="memcheck racecheck"
+      for tool in $tools; do  # our kernels only (torch's reductions are not ours to check), an op a process
+        for op in $(python3 -c "from normscan.registry import REGISTRY; print(*REGISTRY)"); do
+          # No caching allocator: each tensor its own allocation, so that an access past one is
+          # outside every allocation, where memcheck sees it (not in a cached neighbour's block).
+          PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --kernel-name kns=normscan --error-exitcode 9 \
+            python3 -m normscan verify --quick --no-huge --ops $op > "$dir/sanitize-$tool-$op.log" 2>&1
+          code=$?; [ $code -eq 0 ] || status=1
+          echo "compute-sanitizer $tool $op: exit $code; $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|passed," \
+            "$dir/sanitize-$tool-$op.log" | tail -2 | tr '\n' ' ')"
+        done
+      done ;;
     kernels) nvcc -O3 -std=c++17 -arch=sm_90 -I src/normscan/csrc tools/kernel_bench.cu -o /tmp/kernel_bench \
                && /tmp/kernel_bench --rounds 2 2>&1 | tee "$dir/kernels.log" | tail -50 || status=1 ;;
     overhead) python3 tools/overhead.py --repeat 15 2>&1 | tee "$dir/overhead.log" | tail -12 || status=1 ;;
