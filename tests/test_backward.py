@@ -2,6 +2,7 @@
 reference, into poisoned buffers; which layouts take them; the weight gradient's
 determinism; and the composite where the backward must be differentiable."""
 
+import math
 import os
 import re
 
@@ -64,9 +65,10 @@ def _stats(spec, x, dim, given):
 
 
 def _fused_into_poison(spec, x, g, dim, given):
-    """The fused kernel's [dx, dw (, db)], written into NaN-filled dx and partial sums."""
+    """The fused kernel's [dx, dw (, db)], written into NaN-filled dx and partial sums, each
+    between NaN-filled guards that must stay so."""
     weight = given.get("weight")
-    dx = torch.full_like(view.output_like(x), float("nan"))
+    dx, dx_buffer, dx_guard = testing.guarded_output(x, math.nan)
     stats = _stats(spec, x, dim, given)
     dim = region(spec.name, x, dim)
     part = None
@@ -77,9 +79,12 @@ def _fused_into_poison(spec, x, g, dim, given):
             xs, gs, torch.empty_like(dxs), weight.reshape(-1), True, False, None, spec.op_id, v, g_row_stride,
             given["eps"], stats)
         assert done
-        part = torch.full_like(probe, float("nan"))
+        part, part_buffer, part_guard = testing.guarded_output(probe, math.nan)
     grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, stats, dx=dx, dw_part=part)
     assert grads is not None and grads[0] is dx
+    assert testing.guards_intact(dx_buffer, dx_guard, math.nan), (spec.name, "wrote outside dx")
+    assert part is None or testing.guards_intact(part_buffer, part_guard, math.nan), \
+        (spec.name, "wrote outside the partial sums")
     return grads
 
 
@@ -207,15 +212,16 @@ def test_softmax_gradients_keep_pytorchs_special_values(name, dtype):
 def test_layer_norms_forward_writes_each_rows_statistics(dtype):
     """What layer_norm's backward reads, from each forward kernel (rows of a warp, a block and
     a cluster; rows held across the GPU; read twice by a block, and split across blocks;
-    strided rows; unaligned rows), into a poisoned buffer: each row's mean and rstd, against
-    float64, within the forward's bound (rows of mean 5, spread 3)."""
+    strided rows; unaligned rows), into a poisoned buffer between poisoned guards: each row's
+    mean and rstd, against float64, within the forward's bound (rows of mean 5, spread 3)."""
     spec = REGISTRY["layer_norm"]
     for rows, n, step in [(300, 100, 1), (64, 4096, 1), (16, 65536, 1), (4, 2**20, 1), (1, 2**23, 1), (50, 300, 2),
                           (37, 1001, 1), (3, 3 * 2**20 + 1, 1)]:
         x = (torch.randn(rows, n * step, device="cuda") * 3 + 5).to(dtype)[:, ::step]
-        stats = torch.full((rows, 2), float("nan"), device="cuda",
-                           dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+        like = torch.empty((rows, 2), device="cuda", dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+        stats, buffer, guard = testing.guarded_output(like, math.nan)
         spec.launch(x, (n,), *spec.args({"eps": 1e-5}), stats=stats)
+        assert testing.guards_intact(buffer, guard, math.nan), (dtype, rows, n, step, "wrote outside the statistics")
         exact = reference.row_stats(x, 1, 1e-5)
         bound = testing.NORM_BOUNDS[torch.float64 if dtype == torch.float64 else torch.float32]
         for j, what in enumerate(("mean", "rstd")):
@@ -315,9 +321,10 @@ def test_cumprod_gradient_over_rows_within_twice_pytorchs_error(dtype, flags):
         g = torch.randn(rows, n, device="cuda").to(dtype)
         if n == 1000:
             g = torch.randn(n, rows, device="cuda").to(dtype).t()
-        dx = torch.full_like(x, float("nan"))
+        dx, dx_buffer, guard = testing.guarded_output(x, math.nan)
         ours = backward.scan(spec, g, x, 1, list(flags), False, dx=dx)
         assert ours is not None and ours[0] is dx, n
+        assert testing.guards_intact(dx_buffer, guard, math.nan), (dtype, flags, n, "wrote outside dx")
         theirs, exact = _cumprod_gradients(x, g, 1, flags)
         error, mismatch = testing.rel_error(dx, exact)
         bound = testing.NORM_BOUNDS[torch.float64] if dtype == torch.float64 else \
@@ -429,9 +436,9 @@ def test_cumsum_gradient_is_the_reverse_scan(flags, dim):
     spec = REGISTRY["cumsum"]
     x = torch.randn(9, 3000, 6, device="cuda")
     g = torch.randn(6, 3000, 9, device="cuda").permute(2, 1, 0)  # laid out unlike x
-    dx = torch.full_like(x, float("nan"))
+    dx, dx_buffer, guard = testing.guarded_output(x, math.nan)
     ours = backward.scan(spec, g, x, dim, list(flags), False, dx=dx)
-    assert ours is not None and ours[0] is dx
+    assert ours is not None and ours[0] is dx and testing.guards_intact(dx_buffer, guard, math.nan)
     wide = x.double().requires_grad_()
     exact, = torch.autograd.grad(reference.cumsum(wide, dim, *flags), wide, g.double())
     error, mismatch = testing.rel_error(dx, exact)

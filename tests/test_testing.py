@@ -92,6 +92,25 @@ def test_a_sampled_check_takes_its_slices_one_at_a_time_and_catches_a_wrong_one(
     assert not testing.check(case, "cpu").passed
 
 
+@pytest.mark.parametrize("where", [-1, 0, "end"])
+def test_a_write_outside_y_fails_the_check(monkeypatch, where):
+    """The output sits between poisoned guards: an op that writes y right and one element
+    before it or past it fails (where=0 writes nothing outside: it passes)."""
+    case = testing.Case("l2 rows", "l2_normalize", testing.maker((5, 33)), 1)
+    real = testing.run_op
+
+    def writes_outside(case, x, params, out):
+        out.copy_(real(case, x, params, None))
+        at = {-1: out.storage_offset() - 1, 0: None, "end": out.storage_offset() + out.numel()}[where]
+        if at is not None:
+            out.as_strided((1,), (1,), at).fill_(0.5)
+        return out
+
+    monkeypatch.setattr(testing, "run_op", writes_outside)
+    result = testing.check(case, "cpu")
+    assert result.passed == (where == 0) and (where == 0 or result.detail == "wrote outside y"), result
+
+
 @pytest.mark.gpu
 def test_a_wrong_kernel_fails_the_check(monkeypatch):
     """The harness catches a kernel that skips elements or computes the wrong thing."""

@@ -2,11 +2,12 @@
 its reference evaluated in float64, on fresh random inputs.
 
 A case builds an input, runs the op into an output buffer poisoned beforehand (so an
-unwritten element shows), and compares with the op's reference expression evaluated in
-float64 on the same input: special values (NaN, +-inf) must match exactly, the rest by
-relative error ||out - ref|| / ||ref|| within the dtype's bound (for layer_norm, or within
-twice PyTorch's own error, whose centering loses digits as |mean| / std grows). The cases
-come from the registry: each op gets its family's cases, with its own flags and arguments.
+unwritten element shows) between poisoned guards (so a write past it shows), and compares
+with the op's reference expression evaluated in float64 on the same input: special values
+(NaN, +-inf) must match exactly, the rest by relative error ||out - ref|| / ||ref|| within
+the dtype's bound (for layer_norm, or within twice PyTorch's own error, whose centering
+loses digits as |mean| / std grows). The cases come from the registry: each op gets its
+family's cases, with its own flags and arguments.
 """
 
 from __future__ import annotations
@@ -656,6 +657,26 @@ def tensor_params(case: Case, x: torch.Tensor, dim) -> dict:
     return params
 
 
+GUARD_BYTES = 16384  # poisoned bytes on each side of the output, a tile's worth or more
+
+
+def guarded_output(x: torch.Tensor, poison: float) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(out, buffer, guard): an output laid out as view.output_like(x), filled with `poison`,
+    inside `buffer` with `guard` elements of poison before and after it (16-byte aligned), so
+    that a kernel writing past y shows where memcheck would not (PyTorch's caching allocator
+    hands out neighbouring blocks of one segment)."""
+    like = view.output_like(x)
+    span, guard = like.untyped_storage().nbytes() // like.element_size(), GUARD_BYTES // like.element_size()
+    buffer = torch.full((span + 2 * guard,), poison, dtype=like.dtype, device=like.device)
+    return buffer.as_strided(like.shape, like.stride(), guard + like.storage_offset()), buffer, guard
+
+
+def guards_intact(buffer: torch.Tensor, guard: int, poison: float) -> bool:
+    """Whether guarded_output's guards still hold only poison."""
+    ends = torch.cat([buffer[:guard], buffer[buffer.numel() - guard:]])
+    return bool((ends.isnan() if math.isnan(poison) else ends == poison).all())
+
+
 def check(case: Case, device: str = "cuda") -> Result:
     spec = case.spec
     if case.sample is not None and case.with_running:
@@ -664,13 +685,14 @@ def check(case: Case, device: str = "cuda") -> Result:
     dim = _wrapped(case, x)
     params = tensor_params(case, x, dim)
     wide = {k: t.double() if t.is_floating_point() else t for k, t in params.items()}  # the reference's (updated) own
-    out = view.output_like(x)
     # NaN poison shows unwritten elements wherever the reference has none; else a sentinel.
     poison = math.nan if not x.isnan().any() else -1234.5
-    out.fill_(poison)
+    out, buffer, guard = guarded_output(x, poison)
     y = run_op(case, x, params, out)
     if x.is_cuda:
         torch.cuda.synchronize()
+    if not guards_intact(buffer, guard, poison):
+        return Result(case, _dt(x.dtype), tuple(x.shape), math.inf, 0.0, False, "wrote outside y")
     detail = ""
     if case.sample is None:
         err, bound, mismatch = _compared(case, x, y, params, wide, dim)
