@@ -186,8 +186,14 @@ template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, 
   return held_sooner ? NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER : kRowsMaxCluster;
 }
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
-// this many threads a row.
-constexpr int kRereadBlock = 512;
+// this many threads a row. A hook, not yet timed: batch_norm's short rows sharing a statistic
+// take these blocks too (fp32 and bf16 (8, 1024, 64, 64): 8192 rows of 4096 elements on
+// blocks of 512, two a SM, ~0.30 ms on the H200 whatever the dtype), where fewer threads a
+// block would hold more rows a SM in flight.
+#ifndef NORMSCAN_REREAD_BLOCK
+#define NORMSCAN_REREAD_BLOCK 512
+#endif
+constexpr int kRereadBlock = NORMSCAN_REREAD_BLOCK;
 // Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
 // summing a row as fill the GPU (whole rows a wave: a second, part-filled wave would double
 // the time), each at least kSplitMinTiles tiles (kRereadTile's; the summing kernel walks its
