@@ -665,9 +665,10 @@ def guarded_output(x: torch.Tensor, poison: float) -> tuple[torch.Tensor, torch.
     inside `buffer` with `guard` elements of poison before and after it (16-byte aligned), so
     that a kernel writing past y shows where memcheck would not (PyTorch's caching allocator
     hands out neighbouring blocks of one segment)."""
-    like = view.output_like(x)
+    # the layout alone (on the meta device): a real one would hold a second output's memory
+    like = view.output_like(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"))
     span, guard = like.untyped_storage().nbytes() // like.element_size(), GUARD_BYTES // like.element_size()
-    buffer = torch.full((span + 2 * guard,), poison, dtype=like.dtype, device=like.device)
+    buffer = torch.full((span + 2 * guard,), poison, dtype=x.dtype, device=x.device)
     return buffer.as_strided(like.shape, like.stride(), guard + like.storage_offset()), buffer, guard
 
 

@@ -188,8 +188,8 @@ template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, 
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
 // this many threads a row. A hook, not yet timed: batch_norm's short rows sharing a statistic
 // take these blocks too (fp32 and bf16 (8, 1024, 64, 64): 8192 rows of 4096 elements on
-// blocks of 512, two a SM, ~0.30 ms on the H200 whatever the dtype), where fewer threads a
-// block would hold more rows a SM in flight.
+// blocks of 512, one a SM at the split kernels' 70-96 registers, ~0.30 ms on the H200
+// whatever the dtype), where fewer threads a block would hold more rows a SM in flight.
 #ifndef NORMSCAN_REREAD_BLOCK
 #define NORMSCAN_REREAD_BLOCK 512
 #endif
@@ -362,9 +362,9 @@ using StridedReread = StridedConfig<32, 32, 1, false, 1, 1, 1>;
 // Max-shifted ops have no 1024-thread blocks: their doubles spill there (min_blocks in
 // ops.cuh), and their 16-bit rows of 32768 ran at 73-78% of copy on one such block a SM
 // (their exps keep the reductions long).
-template <typename T, typename Op> constexpr bool kThousandThreads = !Op::kMaxShifted;
+template <typename Op> constexpr bool kThousandThreads = !Op::kMaxShifted;
 template <typename T, typename Op>
-using StridedRereadOf = std::conditional_t<kThousandThreads<T, Op>, StridedReread, StridedConfig<32, 16, 1, false, 1, 1, 1>>;
+using StridedRereadOf = std::conditional_t<kThousandThreads<Op>, StridedReread, StridedConfig<32, 16, 1, false, 1, 1, 1>>;
 constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
 
 // ---------------------------------------------------------------- slabs (slab.cuh)
