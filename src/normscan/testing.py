@@ -136,9 +136,10 @@ def _special_columns(x):
 ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (3, 65539), (2, 300001)]
 # (300, 4097): read twice, one block a row; (3, 3 * 2**16): a cluster of 6 blocks (16-bit: 3),
 # held across the GPU for the fp32 norms; (5, 2**20) and (3, 2**22): held across the GPU,
-# several rows at once, and rows of more parts than blocks (fp32).
+# several rows at once, and rows of more parts than blocks (fp32); (300, 65536) (fp32 alone):
+# more clustered rows than clusters resident at once, and a row scan's chunks, several a row.
 LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (3, 3 << 16), (5, 1 << 20),
-                   (3, 1 << 22)]
+                   (3, 1 << 22), (300, 65536)]
 # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
 # along inner (every dtype), an odd inner the scalar kernels; a few columns along a long dim
 # take several rounds of a cluster's tiles (its last round partly empty; a scan's 8 columns
@@ -463,8 +464,9 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     if spec.takes("weight"):
         out.append(Case(f"{op} 0-d weight", op, maker((), torch.float32, dist), 0, with_weight=True))
     for kwargs in _flag_sets(spec):
-        # (3, 2**22+5): several look-back rows, each aligned differently.
-        for shape, dim in [((3, 4097), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, 5000, 2), 1),
+        # (3, 2**22+5): several look-back rows, each aligned differently; (4, 32768): aligned
+        # rows of several chunks (the row scan).
+        for shape, dim in [((3, 4097), 1), ((4, 32768), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, 5000, 2), 1),
                            ((2, 40000, 24), 1), ((3, (1 << 22) + 5), 1), ((512, 1201, 8), 1)]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
@@ -519,7 +521,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # Rows of 65539 and longer take a cluster (fp32's weight loaded in batches ahead of the
         # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
         # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
-        # loads in flight during this one's stores). Columns of 16-byte vectors beside the dim
+        # loads in flight during this one's stores; rows of odd length on clusters of 4 and 8,
+        # whose resident count need not keep rows `step` apart alike aligned). Columns of 16-byte vectors beside the dim
         # on the strided kernels where they are 32 or more with a tile for every SM (150) or
         # wide (past 128): one block a tile (200) and a cluster a tile (700, 1000); the rest
         # slabs (32 and 16 columns: one block a slab; 4 and 2: split, several positions a
@@ -534,7 +537,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                                   ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
                                   ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
                                   ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
-                                  ((70, 262144), -1, torch.bfloat16)]:
+                                  ((70, 262144), -1, torch.bfloat16), ((200, 131071), -1, torch.float32),
+                                  ((100, 262143), -1, torch.float32)]:
             out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
                             with_weight=True))
             for name, base, view in _column_variants(shape, dim) if dim == 1 and len(shape) > 2 else ():
