@@ -9,11 +9,24 @@ namespace normscan {
 
 template <typename T, typename Op, typename Cfg>
 inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, int cluster, cudaStream_t stream) {
+  constexpr auto kernel = reduce_scale_rows_kernel<T, Op, Cfg>;
+  constexpr int V = vec16<T>();
   const int64_t units = cluster > 1 ? a.view.outer : ceil_div(a.view.outer, Cfg::kBlock / Cfg::kThreadsPerRow);
   const bool persistent = kRowsWeightedPersistent<Op> && a.w != nullptr && cluster > 1 && cluster <= kMaxPortableCluster;
+  if (persistent && Cfg::kPipeline && a.view.x_so % V != 0) {
+    // A pipelined cluster fills the next row's slots at this row's offsets, which hold only
+    // where rows a grid's clusters apart split alike: rows not of whole vectors take a
+    // multiple of V clusters (of the 30 clusters of 8 an H100 holds, 28; other counts raised
+    // a misaligned address). In the kernel, a test of the rows' split spilled 24 bytes.
+    int64_t fit = 0;
+    const cudaError_t err = resident_units<kernel>(dim3(Cfg::kBlock), cluster, Cfg::kSmemBytes, &fit);
+    if (err != cudaSuccess) return err;
+    const int64_t clusters = fit >= V ? fit - fit % V : V;
+    return launch_units<kernel>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, min64(units, clusters), Cfg::kSmemBytes,
+                                stream, a);
+  }
   const Grid grid = persistent ? Grid::Persistent : Grid::PerUnit;
-  return launch_units<reduce_scale_rows_kernel<T, Op, Cfg>>(grid, dim3(Cfg::kBlock), cluster, units,
-                                                             Cfg::kSmemBytes, stream, a);
+  return launch_units<kernel>(grid, dim3(Cfg::kBlock), cluster, units, Cfg::kSmemBytes, stream, a);
 }
 
 // Whether rows share statistics (a grouped op's batch_norm): only the split kernels merge them.
