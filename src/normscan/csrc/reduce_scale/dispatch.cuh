@@ -12,14 +12,18 @@ inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, int cluster, cudaStream_
   constexpr auto kernel = reduce_scale_rows_kernel<T, Op, Cfg>;
   constexpr int V = vec16<T>();
   const int64_t units = cluster > 1 ? a.view.outer : ceil_div(a.view.outer, Cfg::kBlock / Cfg::kThreadsPerRow);
-  const bool persistent = kRowsWeightedPersistent<Op> && a.w != nullptr && cluster > 1 && cluster <= kMaxPortableCluster;
+  DeviceInfo d;
+  cudaError_t err = device_info(&d);
+  if (err != cudaSuccess) return err;
+  const bool persistent = ((kRowsWeightedPersistent<Op> && a.w != nullptr) || rows_persistent_softmax<T, Op>(d)) &&
+                          cluster > 1 && cluster <= kMaxPortableCluster;
   if (persistent && Cfg::kPipeline && a.view.x_so % V != 0) {
     // A pipelined cluster fills the next row's slots at this row's offsets, which hold only
     // where rows a grid's clusters apart split alike: rows not of whole vectors take a
     // multiple of V clusters (of the 30 clusters of 8 an H100 holds, 28; other counts raised
     // a misaligned address). In the kernel, a test of the rows' split spilled 24 bytes.
     int64_t fit = 0;
-    const cudaError_t err = resident_units<kernel>(dim3(Cfg::kBlock), cluster, Cfg::kSmemBytes, &fit);
+    err = resident_units<kernel>(dim3(Cfg::kBlock), cluster, Cfg::kSmemBytes, &fit);
     if (err != cudaSuccess) return err;
     const int64_t clusters = fit >= V ? fit - fit % V : V;
     return launch_units<kernel>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, min64(units, clusters), Cfg::kSmemBytes,

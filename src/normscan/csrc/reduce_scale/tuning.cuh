@@ -147,6 +147,21 @@ constexpr int kRowsWeightBatch =
 // slower on the H100 (1.552 -> 1.586) though faster on the H200 (1.237 -> 1.221): those keep
 // a cluster a row.
 template <typename Op> constexpr bool kRowsWeightedPersistent = NORMSCAN_ROWS_WEIGHTED_PERSISTENT && Op::kWeighted && !Op::kBiased;
+// fp32 softmax rows on clusters take the persistent grid too (their next row's slots filled
+// during the stores) on devices whose DRAM feeds a SM fast (fast_dram). ms, a cluster a row
+// -> persistent, softmax | log_softmax (4096, 131072): H100 1.552 -> 1.586 | -, H200 1.237 ->
+// 1.221 | - (2026-11-26); H200 1.219 -> 1.175 | 1.224 -> 1.203 (2026-12-01, tools/tune.py, 3
+// rounds, where every fp32 clustered row took it: KernelBench 38 and 39 4.314 -> 4.561, the
+// other norms' rows level).
+#ifndef NORMSCAN_ROWS_SOFTMAX_PERSISTENT  // 1: every device, 0: none, -1: those with fast DRAM
+#define NORMSCAN_ROWS_SOFTMAX_PERSISTENT -1
+#endif
+template <typename T, typename Op> inline bool rows_persistent_softmax(const DeviceInfo& d) {
+  if constexpr (std::is_same<T, float>::value && Op::kMaxShifted)
+    return NORMSCAN_ROWS_SOFTMAX_PERSISTENT < 0 ? fast_dram(d) : NORMSCAN_ROWS_SOFTMAX_PERSISTENT > 0;
+  else
+    return false;
+}
 // Register vectors of a cluster's block (above: fp32 5, others 4; layer_norm's fp32 2).
 template <typename T, typename Op>
 constexpr int kRowsClusterRegVecs =
