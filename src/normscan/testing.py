@@ -466,8 +466,8 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     for kwargs in _flag_sets(spec):
         # (3, 2**22+5): several look-back rows, each aligned differently; (4, 32768): aligned
         # rows of several chunks (the row scan).
-        for shape, dim in [((3, 4097), 1), ((4, 32768), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1), ((3, 5000, 2), 1),
-                           ((2, 40000, 24), 1), ((3, (1 << 22) + 5), 1), ((512, 1201, 8), 1)]:
+        for shape, dim in [((3, 4097), 1), ((4, 32768), 1), ((5, 33, 7), 1), ((5, 33, 8), 1), ((2, 40000, 8), 1),
+                           ((3, 5000, 2), 1), ((2, 40000, 24), 1), ((3, (1 << 22) + 5), 1), ((512, 1201, 8), 1)]:
             d = long_dist if shape[-1] > 1 << 20 else dist
             out.append(Case(f"{op} {shape} dim={dim} {_label(kwargs)}", op, maker(shape, torch.float32, d), dim,
                             kwargs))
@@ -522,11 +522,11 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # stores; rows after the first misaligned, their weight scalar), the last a held kernel;
         # more rows than clusters fit the GPU: a cluster takes several (fp32: the next row's
         # loads in flight during this one's stores; rows of odd length on clusters of 4 and 8,
-        # whose resident count need not keep rows `step` apart alike aligned). Columns of 16-byte vectors beside the dim
-        # on the strided kernels where they are 32 or more with a tile for every SM (150) or
-        # wide (past 128): one block a tile (200) and a cluster a tile (700, 1000); the rest
-        # slabs (32 and 16 columns: one block a slab; 4 and 2: split, several positions a
-        # vector; a warp a slab), contiguous, apart and stepped.
+        # as many resident as need not keep rows a grid apart aligned alike). Columns of 16-byte
+        # vectors beside the dim on the strided kernels where they are 32 or more with a tile
+        # for every SM (150) or wide (past 128): one block a tile (200) and a cluster a tile
+        # (700, 1000); the rest slabs (32 and 16 columns: one block a slab; 4 and 2: split,
+        # several positions a vector; a warp a slab), contiguous, apart and stepped.
         for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
                                   ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
                                   ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),

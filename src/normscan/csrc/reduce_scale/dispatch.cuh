@@ -8,13 +8,10 @@
 namespace normscan {
 
 template <typename T, typename Op, typename Cfg>
-inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, int cluster, cudaStream_t stream) {
+inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, const DeviceInfo& d, int cluster, cudaStream_t stream) {
   constexpr auto kernel = reduce_scale_rows_kernel<T, Op, Cfg>;
   constexpr int V = vec16<T>();
   const int64_t units = cluster > 1 ? a.view.outer : ceil_div(a.view.outer, Cfg::kBlock / Cfg::kThreadsPerRow);
-  DeviceInfo d;
-  cudaError_t err = device_info(&d);
-  if (err != cudaSuccess) return err;
   const bool persistent = ((kRowsWeightedPersistent<Op> && a.w != nullptr) || rows_persistent_softmax<T, Op>(d)) &&
                           cluster > 1 && cluster <= kMaxPortableCluster;
   if (persistent && Cfg::kPipeline && a.view.x_so % V != 0) {
@@ -23,7 +20,7 @@ inline cudaError_t launch_rows(const ArgsFor<T, Op>& a, int cluster, cudaStream_
     // multiple of V clusters (of the 30 clusters of 8 an H100 holds, 28; other counts raised
     // a misaligned address). In the kernel, a test of the rows' split spilled 24 bytes.
     int64_t fit = 0;
-    err = resident_units<kernel>(dim3(Cfg::kBlock), cluster, Cfg::kSmemBytes, &fit);
+    const cudaError_t err = resident_units<kernel>(dim3(Cfg::kBlock), cluster, Cfg::kSmemBytes, &fit);
     if (err != cudaSuccess) return err;
     const int64_t clusters = fit >= V ? fit - fit % V : V;
     return launch_units<kernel>(Grid::PerUnit, dim3(Cfg::kBlock), cluster, min64(units, clusters), Cfg::kSmemBytes,
@@ -212,12 +209,12 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
   const int64_t nvec = a.view.length / V;  // whole vectors in the worst-aligned row
   const bool aligned = a.view.rows_share_alignment(a.x, a.y);
   if (aligned && !rows_share_stats<T, Op>(a)) {
-    if (nvec <= RowsOneWarp::kVecsPerBlock) return launch_rows<T, Op, RowsOneWarp>(a, 1, stream);
-    if (nvec <= RowsTwoWarps::kVecsPerBlock) return launch_rows<T, Op, RowsTwoWarps>(a, 1, stream);
-    if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, 1, stream);
-    if (nvec <= RowsEightWarps::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarps>(a, 1, stream);
-    if (nvec <= RowsOf2048<T, Op>::kVecsPerBlock) return launch_rows<T, Op, RowsOf2048<T, Op>>(a, 1, stream);
-    if (nvec <= RowsOf4096<T, Op>::kVecsPerBlock) return launch_rows<T, Op, RowsOf4096<T, Op>>(a, 1, stream);
+    if (nvec <= RowsOneWarp::kVecsPerBlock) return launch_rows<T, Op, RowsOneWarp>(a, d, 1, stream);
+    if (nvec <= RowsTwoWarps::kVecsPerBlock) return launch_rows<T, Op, RowsTwoWarps>(a, d, 1, stream);
+    if (nvec <= RowsFourWarps::kVecsPerBlock) return launch_rows<T, Op, RowsFourWarps>(a, d, 1, stream);
+    if (nvec <= RowsEightWarps::kVecsPerBlock) return launch_rows<T, Op, RowsEightWarps>(a, d, 1, stream);
+    if (nvec <= RowsOf2048<T, Op>::kVecsPerBlock) return launch_rows<T, Op, RowsOf2048<T, Op>>(a, d, 1, stream);
+    if (nvec <= RowsOf4096<T, Op>::kVecsPerBlock) return launch_rows<T, Op, RowsOf4096<T, Op>>(a, d, 1, stream);
     using Cluster = RowsCluster<T, Op>;
     const int max_cluster = d.major >= 9 ? rows_max_cluster<T, Op>(a) : 1;
     if (nvec <= Cluster::kVecsPerBlock * max_cluster) {
@@ -228,7 +225,7 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
                                                                         Cluster::kSmemBytes, &fit);
         if (err != cudaSuccess) return err;
       }
-      if (fit > 0) return launch_rows<T, Op, Cluster>(a, cluster, stream);
+      if (fit > 0) return launch_rows<T, Op, Cluster>(a, d, cluster, stream);
     }
     if (NORMSCAN_HELD) {
       bool launched = false;
