@@ -137,9 +137,11 @@ ROW_SHAPES = [(1,), (4, 1), (3, 7), (2, 33), (5, 1000), (3, 4097), (2, 65535), (
 # (300, 4097): read twice, one block a row; (3, 3 * 2**16): a cluster of 6 blocks (16-bit: 3),
 # held across the GPU for the fp32 norms; (5, 2**20) and (3, 2**22): held across the GPU,
 # several rows at once, and rows of more parts than blocks (fp32); (300, 65536) (fp32 alone):
-# more clustered rows than clusters resident at once, and a row scan's chunks, several a row.
+# more clustered rows than clusters resident at once, and a row scan's chunks, several a row;
+# (100, 262143): the same of odd length, on clusters of 8 (the fp32 softmaxes' persistent
+# grid, whose rows a grid apart must split alike).
 LONG_ROW_SHAPES = [(257, 129), (9, 16384), (2, 131075), (1, 1_000_003), (300, 4097), (3, 3 << 16), (5, 1 << 20),
-                   (3, 1 << 22), (300, 65536)]
+                   (3, 1 << 22), (300, 65536), (100, 262143)]
 # Lengths at each kernel configuration's edge; inner a multiple of 8 takes 16-byte vectors
 # along inner (every dtype), an odd inner the scalar kernels; a few columns along a long dim
 # take several rounds of a cluster's tiles (its last round partly empty; a scan's 8 columns
