@@ -283,7 +283,8 @@ using HeldFor = std::conditional_t<sizeof(T) == 2 || (sizeof(T) == 4 && Op::kMax
 // 2026-11-26, large parts -> these (parts a block): KernelBench 35 5.820 -> 5.677 (584), 34
 // 5.189 -> 5.051 (597); layer_norm + w (4096, 131072) 1.665 -> 1.682 (186), rms_norm (256,
 // 262144) 0.187 -> 0.189 (21), group_norm (8, 1024, 64, 64) 32 groups 0.104 -> 0.108 (12);
-// 40 (171 parts a row, more than the 132 blocks: the serial kernel) 0.238 -> 0.256.
+// 40 (171 parts a row, more than the 132 blocks: the serial kernel) 0.238 -> 0.256. H200
+// (2026-12-01), these -> none: 35 4.577 -> 4.531, 34 4.011 -> 4.163; the same on both devices.
 #ifndef NORMSCAN_HELD_SM_PARTS
 #define NORMSCAN_HELD_SM_PARTS 256
 #endif
