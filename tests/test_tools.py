@@ -53,6 +53,33 @@ def test_tune_main_starts_one_build_a_variant(monkeypatch):
     assert f"[('scan', {REGISTRY['cumprod'].op_id})]" in started[0][2]
 
 
+def test_tune_prints_each_variant_as_it_is_timed(monkeypatch, capsys):
+    """A variant's figures are printed before the next is timed: one that fails (or a call's
+    time limit) leaves the earlier ones in the log."""
+
+    class Proc:
+        def __init__(self, command, env):
+            pass
+
+        def wait(self):
+            return 0
+
+    class Run:
+        def __init__(self, stdout):
+            self.stdout, self.stderr = stdout, "the second variant's error"
+
+    result = 'RESULT {"copy_gbs": 4000.0, "90_cumprod": [[2.0, 4000.0], [2.1, 3800.0], [2.2, 3600.0]]}'
+    outputs = iter([result, ""])
+    monkeypatch.setenv("NORMSCAN_TUNE_CASES", "90_cumprod")
+    monkeypatch.setattr(tune.subprocess, "Popen", Proc)
+    monkeypatch.setattr(tune.subprocess, "run", lambda *a, **k: Run(next(outputs)))
+    assert tune.main(["", "-DNORMSCAN_SCAN_VECS=8"]) == 1
+    out = capsys.readouterr().out
+    assert "(defaults) (copy 4000 GB/s)" in out
+    assert "median   2.100 ms  rounds 2.000 2.100 2.200  best 100.0% of copy" in out
+    assert "the second variant's error" in out
+
+
 def test_tune_variant_of_another_tree_imports_its_sources(monkeypatch, tmp_path):
     """A variant "@TREE FLAGS" builds and times TREE's src/ with FLAGS; the others this tree's."""
     started = []

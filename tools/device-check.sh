@@ -2,13 +2,16 @@
 # On a GPU machine, from a checkout: build, GPU tests, the main job, the sweeps, and probes.
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
-# Usage: tools/device-check.sh OUTDIR [tests|cases|huge|bench|sweep|training|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify]...
-#   (default steps: tests cases bench)
-#   tests: every test but test_kernels.py's cases (the step cases), the >2**31-element
-#   cases and the nvcc compile checks (CI runs those), in 8 pytest-xdist processes (in one
-#   they took over 9 min on the H100: each step fits one 10-minute device call; -v, so that
-#   a log cut off at a call's limit names each test that ran); cases: the
-#   float64 cases alone; huge: the >2**31-element cases (tens of GB of device memory:
+# Usage: tools/device-check.sh OUTDIR [tests|cases|export|huge|bench|sweep|training|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify]...
+#   (default steps: tests cases export bench)
+#   tests: every test but test_kernels.py's cases (the step cases), test_export.py (the
+#   step export), the >2**31-element cases and the nvcc compile checks (CI runs those), in
+#   8 pytest-xdist processes (in one they took over 9 min on the H100: each step fits one
+#   10-minute device call; -v, so that a log cut off at a call's limit names each test that
+#   ran); cases: the float64 cases alone; export: test_export.py alone (every exported file
+#   built side by side, then each against its Model at full size, one at a time: with the
+#   other tests they ran past a call's limit on the H200, 2026-11-28 and 2026-12-01);
+#   huge: the >2**31-element cases (tens of GB of device memory:
 #   they fit an 80 GB H100); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
@@ -33,7 +36,7 @@ mkdir -p "$dir"
 # ours first, then any carried peers' folders
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
 export NORMSCAN_CACHE_DIR=${NORMSCAN_CACHE_DIR:-$PWD/.device-cache}
-steps=${*:-tests cases bench}
+steps=${*:-tests cases export bench}
 status=0
 load_all="import normscan._build as b
 b.load_all([(e, op) for e in b.extensions() for op in b.extension_ops(e).values()])"
@@ -45,7 +48,10 @@ case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]
 for step in $steps; do
   case $step in
     tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --dist loadgroup --durations=15 tests --ignore=tests/test_csrc.py \
-             --ignore=tests/test_kernels.py -p no:cacheprovider 2>&1 | tee "$dir/tests.log" | tail -15 || status=1 ;;
+             --ignore=tests/test_kernels.py --ignore=tests/test_export.py -p no:cacheprovider 2>&1 | tee "$dir/tests.log" \
+             | tail -15 || status=1 ;;
+    export) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --dist loadgroup --durations=15 tests/test_export.py \
+              -p no:cacheprovider 2>&1 | tee "$dir/export.log" | tail -15 || status=1 ;;
     huge) python3 -m pytest -v -rs tests/test_kernels.py -k 31 -p no:cacheprovider 2>&1 \
             | tee "$dir/huge.log" | grep -c "2\*\*31.* PASSED" || status=1 ;;
     bench) python3 -m normscan bench --out "$dir/bench" 2>&1 | tee "$dir/bench.log" | tail -8 || status=1 ;;

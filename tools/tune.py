@@ -118,7 +118,6 @@ def main(variants: list[str], build_only: bool = False) -> int:
             return 1
     if build_only:
         return 0
-    rows = []
     for variant, (venv, flags) in zip(variants, runs):
         rounds = os.environ.get("NORMSCAN_TUNE_ROUNDS", "3")
         run = subprocess.run([sys.executable, "-c", load + TIMING, flags, rounds, training, *only], env=venv,
@@ -127,16 +126,21 @@ def main(variants: list[str], build_only: bool = False) -> int:
         if line is None:
             print(run.stdout[-3000:], run.stderr[-3000:])
             return 1
-        rows.append((variant or "(defaults)", json.loads(line[7:])))
-    for flags, res in rows:
-        copy = res.pop("copy_gbs")
-        print(f"{flags} (copy {copy:.0f} GB/s)")
-        for k, v in res.items():
-            times = sorted(r[0] for r in v)
-            best = max(r[1] for r in v)
-            print(f"    {k:44s} median {times[len(times) // 2]:7.3f} ms  rounds {' '.join(f'{t:.3f}' for t in times)}"
-                  f"  best {100 * best / copy:5.1f}% of copy")
+        # Each variant's figures as soon as they are in: a device call's time limit that cuts
+        # the later variants off leaves the earlier ones printed.
+        print_variant(variant or "(defaults)", json.loads(line[7:]))
     return 0
+
+
+def print_variant(label: str, res: dict) -> None:
+    copy = res.pop("copy_gbs")
+    print(f"{label} (copy {copy:.0f} GB/s)")
+    for k, v in res.items():
+        times = sorted(r[0] for r in v)
+        best = max(r[1] for r in v)
+        print(f"    {k:44s} median {times[len(times) // 2]:7.3f} ms  rounds {' '.join(f'{t:.3f}' for t in times)}"
+              f"  best {100 * best / copy:5.1f}% of copy")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
