@@ -182,6 +182,59 @@ def test_only_ops_builds_those_ops_kernels_alone(tmp_path):
     assert b"5SumOp" in ptx and not any(f"{len(f)}{f}".encode() in ptx for f in set(ids) - {"SumOp"})
 
 
+def global_stores(ptx: str, kernel: str) -> dict[str, list[str]]:
+    """The global stores (opcodes) of each PTX entry whose mangled name holds `kernel`."""
+    out = {}
+    for m in re.finditer(r"\.entry (\w+)\(", ptx):
+        if kernel in m.group(1):
+            body = ptx[m.start():ptx.index("\n}\n", m.start())]
+            out[m.group(1)] = re.findall(r"^\s*(?:@!?%p\d+\s+)?(st\.global\S*)\s", body, re.M)
+    return out
+
+
+def pieces_of_vectors(stores: list[str]) -> list[str]:
+    """A kernel's stores that are part of a 16-byte vector (two elements at once), where it has
+    no 16-byte store at all, or it has one and stores pairs beside it."""
+    whole = [s for s in stores if re.search(r"\.v4\.(?:[fub]32)$|\.v2\.(?:[fub]64)$", s)]
+    pairs = [s for s in stores if re.search(r"\.v2\.(?:[fub]32|[ub]16)$", s)]
+    return pairs if whole else pairs + ["no 16-byte store"]
+
+
+@pytest.mark.nvcc
+def test_vectors_are_stored_whole(tmp_path):
+    """The fp32 row scan (KernelBench 89-92), the held rows (34, 35, 40, long rows) and the
+    channel rows (33) store each 16-byte vector with one store: nvcc 13.0 split a Vec's
+    assignment there into 2-, 4- and 8-byte stores (NOTES.md, "Vectors stored whole")."""
+    checked, includes = 0, _torch_includes(tmp_path)
+    for extension, op, kernels in [("scan", "SumOp", ["scan_rows_kernelIfNS_5SumOpELi4E"]),
+                                   ("reduce_scale", "GroupNormOp", ["reduce_scale_held_kernelI", "reduce_scale_held_split_kernelI",
+                                                                    "reduce_scale_channels_kernelI"])]:
+        src = tmp_path / f"{extension}.cu"
+        src.write_text(_build.extension_source(extension))
+        ids = FAMILIES[extension].functor_ids()
+        run = subprocess.run([NVCC, "-std=c++17", "--ptx", "-arch=sm_90", f"-DNORMSCAN_ONLY_OPS={1 << ids[op]:#x}ull",
+                              *includes, str(src), "-o", str(tmp_path / f"{extension}.ptx")],
+                             capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, run.stderr[-4000:]
+        ptx = (tmp_path / f"{extension}.ptx").read_text()
+        for kernel in kernels:
+            found = {name: pieces_of_vectors(stores) for name, stores in global_stores(ptx, kernel).items()
+                     if "If" in name or "__nv_bfloat16" in name or "__half" in name}
+            assert found, kernel
+            checked += len(found)
+            assert not any(found.values()), {k: v for k, v in found.items() if v}
+    assert checked >= 3 + 13  # three fp32 row scans; the held, split-held and channel kernels of three dtypes
+
+
+def test_piece_detector_can_fail():
+    assert pieces_of_vectors(["st.global.f32", "st.global.f32", "st.global.v2.f32"]) == ["st.global.v2.f32", "no 16-byte store"]
+    assert pieces_of_vectors(["st.global.f32"] * 4) == ["no 16-byte store"]
+    assert pieces_of_vectors(["st.global.v4.u32", "st.global.v2.u16"]) == ["st.global.v2.u16"]
+    assert pieces_of_vectors(["st.global.v4.u32", "st.global.f32", "st.global.u16"]) == []
+    ptx = ".entry _Z3kIfv(\n{\n\t@%p1 st.global.v4.u32 \t[%rd1], {%r1, %r2, %r3, %r4};\n\tst.global.f32 \t[%rd2], %f1;\n}\n"
+    assert global_stores(ptx, "kIf") == {"_Z3kIfv": ["st.global.v4.u32", "st.global.f32"]}
+
+
 def test_spill_detector_can_fail():
     report = ("ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'\n"
               "ptxas info    : Function properties for _Z1kv\n"

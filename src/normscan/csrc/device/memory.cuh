@@ -39,12 +39,17 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   }
 }
 
-// One 16-byte store whatever built the vector: a vector of 16-bit elements permuted at run
-// time (a reverse scan's flip) was otherwise stored 2 bytes at a time.
+// One 16-byte store of a 16-byte vector whatever built it (other vectors as store_vec does):
+// a Vec whose elements were computed or permuted apart was stored in 2-, 4- and 8-byte
+// pieces (a reverse scan's flip, the row scans' and the held and channel rows' scaling;
+// nvcc 13.0's PTX, NOTES.md "Vectors stored whole").
 template <typename T, int N> __device__ __forceinline__ void store_vec_whole(T* p, const Vec<T, N>& v) {
-  static_assert(sizeof(T) * N == 16, "16-byte vectors");
-  const uint4 r = *reinterpret_cast<const uint4*>(&v);
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+  if constexpr (sizeof(T) * N == 16) {
+    const uint4 r = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
+  } else {
+    store_vec<T, N>(p, v);
+  }
 }
 
 // A value another block of this launch wrote, read from L2 (an L1 line may hold an older

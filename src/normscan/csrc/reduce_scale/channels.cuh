@@ -142,11 +142,12 @@ __global__ void __launch_bounds__(BLOCK, 1024 / BLOCK)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (k0 - u >= kept && at(g, k0 - u, &xo, &yo))
-          store_vec<T, V>(a.y + yo, scaled_in_channel<Op>(v[u], rs.scale, rs.shift, wc, bias));
+          store_vec_whole<T, V>(a.y + yo, scaled_in_channel<Op>(v[u], rs.scale, rs.shift, wc, bias));
     }
 #pragma unroll 1  // stores need no loads in flight
     for (int k = 0; k < kept; ++k)
-      if (at(g, k, &xo, &yo)) store_vec<T, V>(a.y + yo, scaled_in_channel<Op>(slots[k * BLOCK], rs.scale, rs.shift, wc, bias));
+      if (at(g, k, &xo, &yo))
+        store_vec_whole<T, V>(a.y + yo, scaled_in_channel<Op>(slots[k * BLOCK], rs.scale, rs.shift, wc, bias));
   };
   // Statistic g's wait hides behind the next one's re-read tiles: they are summed before g
   // is scaled, its held tiles after (they need the shared memory g's occupy).

@@ -25,6 +25,12 @@
 
 struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
 
+// 1: clustered rows too load x and store y under an L2 evict_last policy (not yet timed: a
+// probe for the H200's KernelBench 38 and 39 at 92.8% of copy; fp64's spill 4 bytes with it).
+#ifndef NORMSCAN_ROWS_CLUSTER_L2_LAST
+#define NORMSCAN_ROWS_CLUSTER_L2_LAST 0
+#endif
+
 namespace normscan {
 
 // A rows kernel's shape: BLOCK threads, TPR of them a row, each holding NV vectors in
@@ -73,7 +79,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr bool W_AHEAD = Op::kWeighted && !Op::kBiased && SNV == 0 && NV <= 4;  // with a bias, it spilled
   // Weighted fp16 rows take neither hint, and weighted 16-bit rows on 1024 threads load x
   // plainly: the hints' registers spill there.
-  constexpr bool L2_LAST = !CLUSTER && !(Op::kWeighted && std::is_same<T, __half>::value);
+  constexpr bool L2_LAST = (!CLUSTER || NORMSCAN_ROWS_CLUSTER_L2_LAST) && !(Op::kWeighted && std::is_same<T, __half>::value);
   constexpr bool X_L2_LAST = L2_LAST && !(W_AHEAD && sizeof(T) == 2 && BLOCK == 1024);
 #else
   constexpr bool W_AHEAD = false;

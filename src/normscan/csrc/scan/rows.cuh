@@ -70,8 +70,7 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   }
   __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
     if (reverse) flip(&v);
-    if constexpr (sizeof(T) == 2 && V > 1) store_vec_whole<T, V>(y + vec_start(j), v);
-    else store_vec<T, V>(y + vec_start(j), v);
+    store_vec_whole<T, V>(y + vec_start(j), v);
   }
   // 16-bit elements are flipped a 32-bit word at a time (the words reversed, each word's
   // halves swapped): flipped element by element, they cost the 16-bit chunked cumprod
