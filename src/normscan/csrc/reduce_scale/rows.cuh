@@ -12,8 +12,9 @@
 // whole vectors. CLUSTER: launched in clusters; without it the block's place is known at
 // compile time, and every row is spared the divisions by a run-time cluster size.
 // W_AHEAD: short weighted rows load their weight with x, so the scaling waits on no load.
-// L2_LAST: unclustered kernels load x and store y under an L2 evict_last policy, as
-// torch.compile loads x (measured faster, and the reads after no slower: NOTES.md).
+// L2_LAST: unclustered kernels (and clustered fp32 ones without a weight) load x and store y
+// under an L2 evict_last policy, as torch.compile loads x (measured faster, and the reads
+// after no slower: NOTES.md).
 #pragma once
 
 #include <type_traits>
@@ -25,10 +26,13 @@
 
 struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
 
-// 1: clustered rows too load x and store y under an L2 evict_last policy (not yet timed: a
-// probe for the H200's KernelBench 38 and 39 at 92.8% of copy; fp64's spill 4 bytes with it).
+// 1: clustered fp32 rows without a weight load x and store y under the L2 evict_last policy
+// too. ms, H200, tools/tune.py, 3 rounds (2026-12-01): off -> on, KernelBench 38 4.334 ->
+// 4.225, 39 4.336 -> 4.296, softmax (4096, 131072) 1.193 -> 1.169, the other fp32 rows level.
+// Where every clustered row took it, bf16 long rows and fp32 rms_norm + w were 1.5-3% slower,
+// and fp64's spilled 4 bytes. Not timed on an H100.
 #ifndef NORMSCAN_ROWS_CLUSTER_L2_LAST
-#define NORMSCAN_ROWS_CLUSTER_L2_LAST 0
+#define NORMSCAN_ROWS_CLUSTER_L2_LAST 1
 #endif
 
 namespace normscan {
@@ -79,7 +83,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   constexpr bool W_AHEAD = Op::kWeighted && !Op::kBiased && SNV == 0 && NV <= 4;  // with a bias, it spilled
   // Weighted fp16 rows take neither hint, and weighted 16-bit rows on 1024 threads load x
   // plainly: the hints' registers spill there.
-  constexpr bool L2_LAST = (!CLUSTER || NORMSCAN_ROWS_CLUSTER_L2_LAST) && !(Op::kWeighted && std::is_same<T, __half>::value);
+  constexpr bool CLUSTER_L2_LAST = NORMSCAN_ROWS_CLUSTER_L2_LAST && std::is_same<T, float>::value && !Op::kWeighted;
+  constexpr bool L2_LAST = (!CLUSTER || CLUSTER_L2_LAST) && !(Op::kWeighted && std::is_same<T, __half>::value);
   constexpr bool X_L2_LAST = L2_LAST && !(W_AHEAD && sizeof(T) == 2 && BLOCK == 1024);
 #else
   constexpr bool W_AHEAD = false;
