@@ -12,9 +12,9 @@
 // whole vectors. CLUSTER: launched in clusters; without it the block's place is known at
 // compile time, and every row is spared the divisions by a run-time cluster size.
 // W_AHEAD: short weighted rows load their weight with x, so the scaling waits on no load.
-// L2_LAST: unclustered kernels (and clustered fp32 ones without a weight) load x and store y
-// under an L2 evict_last policy, as torch.compile loads x (measured faster, and the reads
-// after no slower: NOTES.md).
+// L2_LAST: unclustered kernels (and clustered fp32 ones of ops without a weight: l2, l1, the
+// softmaxes, group_norm) load x and store y under an L2 evict_last policy, as torch.compile
+// loads x (measured faster, and the reads after no slower: NOTES.md).
 #pragma once
 
 #include <type_traits>
@@ -26,11 +26,12 @@
 
 struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
 
-// 1: clustered fp32 rows without a weight load x and store y under the L2 evict_last policy
-// too. ms, H200, tools/tune.py, 3 rounds (2026-12-01): off -> on, KernelBench 38 4.334 ->
-// 4.225, 39 4.336 -> 4.296, softmax (4096, 131072) 1.193 -> 1.169, the other fp32 rows level.
-// Where every clustered row took it, bf16 long rows and fp32 rms_norm + w were 1.5-3% slower,
-// and fp64's spilled 4 bytes. Not timed on an H100.
+// 1: clustered fp32 rows of ops without a weight load x and store y under the L2 evict_last
+// policy too. ms, H200, tools/tune.py, 3 rounds (2026-12-01): off -> on, KernelBench 38
+// 4.334 -> 4.225, 39 4.336 -> 4.296, softmax (4096, 131072) 1.193 -> 1.169, the other fp32
+// rows level. Where every clustered row took it, bf16 long rows and fp32 rms_norm + w were
+// 1.5-3% slower, and fp64's spilled 4 bytes. On the H100 (2026-11-22, the kernel of then)
+// the store hint cost 38 0.3% and the load hint nothing (NOTES.md); not timed there since.
 #ifndef NORMSCAN_ROWS_CLUSTER_L2_LAST
 #define NORMSCAN_ROWS_CLUSTER_L2_LAST 1
 #endif
