@@ -9,12 +9,20 @@
 #include "../device/scan.cuh"
 #include "ops.cuh"
 
+// 1: the row scan kernel (not the look-back, slab or backward ones) loads x and stores y
+// under an L2 evict_last policy, as the unclustered reduce-scale rows do. A probe for the
+// H200's KernelBench 89-92 at 94.9-95.0% of copy (H100 98.7%); not yet timed.
+#ifndef NORMSCAN_SCAN_ROWS_L2_LAST
+#define NORMSCAN_SCAN_ROWS_L2_LAST 0
+#endif
+
 namespace normscan {
 
 // A contiguous row in scan order. Physically the row is [head | nvec vectors | tail]; in
 // scan order it is [front | body vectors 0..nvec-1 | back], with front/back swapped and
 // every vector read backwards when the scan runs in reverse. M (not void): x is read times
-// the row's mask m (laid out as x: m[i] is x[i]'s).
+// the row's mask m (laid out as x: m[i] is x[i]'s). L2_LAST: its 16-byte vectors loaded and
+// stored under an L2 evict_last policy.
 // A masked row's mask m, elements of M (unmasked rows, M void, have none: a member they never
 // read still moved the look-back kernel's register allocation).
 template <typename M> struct RowMask {
@@ -22,7 +30,7 @@ template <typename M> struct RowMask {
 };
 template <> struct RowMask<void> {};
 
-template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
+template <typename T, int V, typename M = void, bool L2_LAST = false> struct ScanRow : RowMask<M> {
   static constexpr bool MASKED = !std::is_void<M>::value;
   const T* x;
   T* y;
@@ -52,7 +60,7 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   __device__ __forceinline__ const T* vec_ptr(int64_t j) const { return x + vec_start(j); }
   // Vector j in scan order (unmasked rows).
   __device__ __forceinline__ Vec<T, V> load(int64_t j) const {
-    Vec<T, V> v = load_vec<T, V>(vec_ptr(j));
+    Vec<T, V> v = load_vec<T, V, L2_LAST>(vec_ptr(j));
     if (reverse) flip(&v);
     return v;
   }
@@ -62,7 +70,7 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   __device__ __forceinline__ Mask mask_of(int64_t j) const { return Mask::load(this->m + vec_start(j)); }
   __device__ __forceinline__ Vec<T, V> fetch(int64_t j, Mask* mask) const {
     *mask = mask_of(j);
-    return load_vec<T, V>(vec_ptr(j));
+    return load_vec<T, V, L2_LAST>(vec_ptr(j));
   }
   __device__ __forceinline__ void mask_in_scan_order(Vec<T, V>* v, const Mask& mask) const {
     *v = masked_vec(*v, mask.values());
@@ -70,7 +78,8 @@ template <typename T, int V, typename M = void> struct ScanRow : RowMask<M> {
   }
   __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
     if (reverse) flip(&v);
-    store_vec_whole<T, V>(y + vec_start(j), v);
+    if constexpr (L2_LAST) store_vec<T, V, true>(y + vec_start(j), v);  // one 16-byte store too
+    else store_vec_whole<T, V>(y + vec_start(j), v);
   }
   // 16-bit elements are flipped a 32-bit word at a time (the words reversed, each word's
   // halves swapped): flipped element by element, they cost the 16-bit chunked cumprod
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x) {
-    const auto r = ScanRow<T, V, mask_t<Op>>::of(a, row);
+    const auto r = ScanRow<T, V, mask_t<Op>, NORMSCAN_SCAN_ROWS_L2_LAST != 0 && sizeof(T) * V == 16>::of(a, row);
     A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, threadIdx.x == 0);
     for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
       Chunk c;
