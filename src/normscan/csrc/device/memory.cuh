@@ -42,9 +42,12 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
 // One 16-byte store of a 16-byte vector whatever built it (other vectors as store_vec does):
 // a Vec whose elements were computed or permuted apart was stored in 2-, 4- and 8-byte
 // pieces (a reverse scan's flip, the row scans' and the held and channel rows' scaling;
-// nvcc 13.0's PTX, NOTES.md "Vectors stored whole").
-template <typename T, int N> __device__ __forceinline__ void store_vec_whole(T* p, const Vec<T, N>& v) {
-  if constexpr (sizeof(T) * N == 16) {
+// nvcc 13.0's PTX, NOTES.md "Vectors stored whole"). L2_LAST as store_vec's (one store too).
+template <typename T, int N, bool L2_LAST = false>
+__device__ __forceinline__ void store_vec_whole(T* p, const Vec<T, N>& v) {
+  if constexpr (L2_LAST) {
+    store_vec<T, N, true>(p, v);
+  } else if constexpr (sizeof(T) * N == 16) {
     const uint4 r = *reinterpret_cast<const uint4*>(&v);
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(r.x), "r"(r.y), "r"(r.z), "r"(r.w) : "memory");
   } else {

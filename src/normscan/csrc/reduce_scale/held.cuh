@@ -71,11 +71,6 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
   // spilled fp16 group_norm's kernel on sm_90).
   static constexpr int U = V == 8 ? 1 : 4;
   using VT = Vec<T, V>;
-  // A vector of y: one 16-byte store (NOTES.md, "Vectors stored whole").
-  static __device__ __forceinline__ void store_y(T* p, const VT& v) {
-    if constexpr (NORMSCAN_HELD_L2_LAST != 0) store_vec<T, V, true>(p, v);
-    else store_vec_whole<T, V>(p, v);
-  }
 
   const ArgsFor<T, Op>& a;
   const HeldPlan& p;
@@ -177,7 +172,8 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
 #pragma unroll 1  // stores need no loads in flight; unrolled, the scaling's registers spilled
       for (int k = 0; k < VECS; ++k)
         if (k * THREADS < q.count)
-          store_y(yp + k * THREADS * V, r.template scaled<Op>(*slot(b, k), l + k * THREADS * V, rs, a, ch));
+          store_vec_whole<T, V, NORMSCAN_HELD_L2_LAST != 0>(
+              yp + k * THREADS * V, r.template scaled<Op>(*slot(b, k), l + k * THREADS * V, rs, a, ch));
     } else {
       // The weight's and bias's vectors of a batch loaded before its stores (which might alias
       // them): a round trip to L2 a batch. Two fp32 vectors a batch: layer_norm + w + b (4096,
@@ -201,7 +197,8 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
         for (int u = 0; u < BATCH; ++u) {
           const int k = k0 + u;
           if (k < VECS && k * THREADS < q.count)
-            store_y(yp + k * THREADS * V, scale_by<Op>(*slot(b, k), rs.scale, rs.shift, weighted, wv[u], biased, bv[u]));
+            store_vec_whole<T, V, NORMSCAN_HELD_L2_LAST != 0>(
+                yp + k * THREADS * V, scale_by<Op>(*slot(b, k), rs.scale, rs.shift, weighted, wv[u], biased, bv[u]));
         }
       }
     }

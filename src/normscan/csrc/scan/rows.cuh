@@ -78,8 +78,7 @@ template <typename T, int V, typename M = void, bool L2_LAST = false> struct Sca
   }
   __device__ __forceinline__ void store(int64_t j, Vec<T, V> v) const {
     if (reverse) flip(&v);
-    if constexpr (L2_LAST) store_vec<T, V, true>(y + vec_start(j), v);  // one 16-byte store too
-    else store_vec_whole<T, V>(y + vec_start(j), v);
+    store_vec_whole<T, V, L2_LAST>(y + vec_start(j), v);
   }
   // 16-bit elements are flipped a 32-bit word at a time (the words reversed, each word's
   // halves swapped): flipped element by element, they cost the 16-bit chunked cumprod
