@@ -24,12 +24,6 @@
 #include "../device/async.cuh"
 #include "reread.cuh"
 
-// 1: the held rows store y under an L2 evict_last policy, as the unclustered rows do. A probe
-// for the H200's 23 and 24 (92% of copy) and the held rows' other shapes; not yet timed.
-#ifndef NORMSCAN_HELD_L2_LAST
-#define NORMSCAN_HELD_L2_LAST 0
-#endif
-
 namespace normscan {
 
 struct HeldPlan {
@@ -172,8 +166,7 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
 #pragma unroll 1  // stores need no loads in flight; unrolled, the scaling's registers spilled
       for (int k = 0; k < VECS; ++k)
         if (k * THREADS < q.count)
-          store_vec_whole<T, V, NORMSCAN_HELD_L2_LAST != 0>(
-              yp + k * THREADS * V, r.template scaled<Op>(*slot(b, k), l + k * THREADS * V, rs, a, ch));
+          store_vec_whole<T, V>(yp + k * THREADS * V, r.template scaled<Op>(*slot(b, k), l + k * THREADS * V, rs, a, ch));
     } else {
       // The weight's and bias's vectors of a batch loaded before its stores (which might alias
       // them): a round trip to L2 a batch. Two fp32 vectors a batch: layer_norm + w + b (4096,
@@ -197,8 +190,8 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
         for (int u = 0; u < BATCH; ++u) {
           const int k = k0 + u;
           if (k < VECS && k * THREADS < q.count)
-            store_vec_whole<T, V, NORMSCAN_HELD_L2_LAST != 0>(
-                yp + k * THREADS * V, scale_by<Op>(*slot(b, k), rs.scale, rs.shift, weighted, wv[u], biased, bv[u]));
+            store_vec_whole<T, V>(yp + k * THREADS * V, scale_by<Op>(*slot(b, k), rs.scale, rs.shift, weighted,
+                                                                     wv[u], biased, bv[u]));
         }
       }
     }
