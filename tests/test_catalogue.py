@@ -24,6 +24,16 @@ def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
             assert entries[f"{op} dim=1 {shape} float32"].dim == 1 and f"{op} dim=1 {shape} bfloat16" not in entries
 
 
+def test_floors_reread_only_statistics_over_l2():
+    """x is read twice in a floor only where a statistic needs all of x before its first output
+    and exceeds L2: batch_norm's channel (KernelBench 33's 64 MB ones), not its tensor."""
+    sweep = {e.label: e.tensors for e in catalogue.sweep_entries(["batch_norm", "frobenius_normalize"], [torch.float32])}
+    assert sweep["batch_norm (8, 1024, 64, 64) float32"] == 2  # channels of 128 KB; x 128 MB
+    assert sweep["batch_norm (16, 256, 128, 128) float32"] == 2  # channels of 1 MB
+    assert sweep["frobenius_normalize (8192, 16384) float32"] == 3  # one statistic of 512 MB
+    assert sweep["frobenius_normalize (256, 4096) float32"] == 2
+
+
 def test_host_time_cases_time_ours_against_pytorchs_op():
     """The main job's host-time rows (issue #22's table): each case's two calls give one answer,
     and the timer gives a median within its min and max, each way."""

@@ -141,10 +141,15 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))
-    # x read once and y written once; x read twice where the first output needs every element
-    # first (a whole-tensor op; batch_norm's channels span the batch) and x exceeds L2.
-    everything_first = spec.whole or spec.region == "batch" and kwargs.get("training")
-    tensors = 3 if everything_first and math.prod(shape) * dtype.itemsize > L2_BYTES else 2
+    # x read once and y written once; x read twice where an output needs its whole statistic
+    # first, which then exceeds L2: a whole-tensor op's (the tensor) and batch_norm's in
+    # training (a channel, every sample's). Other statistics are held on chip.
+    statistic = 0
+    if spec.whole:
+        statistic = math.prod(shape)
+    elif spec.region == "batch" and kwargs.get("training"):
+        statistic = math.prod(shape) // shape[1] if len(shape) > 1 and shape[1] else 0
+    tensors = 3 if statistic * dtype.itemsize > L2_BYTES else 2
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
         tensors = backward + (2 if mode == "forward+backward" else 0)
