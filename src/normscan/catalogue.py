@@ -148,7 +148,7 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     if spec.whole:
         statistic = math.prod(shape)
     elif spec.region == "batch" and kwargs.get("training"):
-        statistic = math.prod(shape) // shape[1] if len(shape) > 1 and shape[1] else 0
+        statistic = math.prod(shape[:1]) * math.prod(shape[2:])
     tensors = 3 if statistic * dtype.itemsize > L2_BYTES else 2
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]

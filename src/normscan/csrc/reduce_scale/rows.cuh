@@ -12,9 +12,9 @@
 // whole vectors. CLUSTER: launched in clusters; without it the block's place is known at
 // compile time, and every row is spared the divisions by a run-time cluster size.
 // W_AHEAD: short weighted rows load their weight with x, so the scaling waits on no load.
-// L2_LAST: unclustered kernels (and clustered fp32 ones of ops without a weight: l2, l1, the
-// softmaxes, group_norm) load x and store y under an L2 evict_last policy, as torch.compile
-// loads x (measured faster, and the reads after no slower: NOTES.md).
+// L2_LAST: unclustered kernels (and clustered fp32 ones of ops without a weight: l2, l1 and
+// the softmaxes) load x and store y under an L2 evict_last policy, as torch.compile loads x
+// (measured faster, and the reads after no slower: NOTES.md).
 #pragma once
 
 #include <type_traits>
