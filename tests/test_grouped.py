@@ -115,6 +115,22 @@ def test_running_statistics_follow_pytorchs_over_steps(device, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape, kernel", [((2, 600, 64), "group_reread"), ((3, 600, 37), "group_reread"),
+                                           ((2, 6, 64), "split_sum")])
+def test_batch_norm_channels_go_one_a_block_where_they_are_many_and_small(shape, kernel):
+    """More channels than resident blocks, each small, go one a block (read from DRAM once,
+    then from L2); a few go to the split kernels (the profiler names the kernels launched)."""
+    x = torch.randn(shape, device="cuda")
+    normscan.batch_norm(x, None, None, training=True)  # built and loaded
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        normscan.batch_norm(x, None, None, training=True)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any(kernel in n for n in names), names
+
+
+@pytest.mark.gpu
 def test_compiled_batch_norm_updates_running_statistics_without_a_graph_break():
     x = torch.randn(4, 8, 9, 9, device="cuda", requires_grad=True)
     w = torch.rand(8, device="cuda", requires_grad=True)

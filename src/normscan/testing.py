@@ -281,7 +281,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     flag = next((f for f in ("use_input_stats", "training") if spec.takes(f)), None)
     out: list[Case] = []
 
-    def case(name, shape, groups, dtype=torch.float32, d=dist, layout=None, specials=None, **kw):
+    def case(name, shape, groups, dtype=torch.float32, d=dist, layout=None, specials=None, view=None, **kw):
         if any(c.name == f"{op} {name}" for c in out):
             return  # instance_norm's and batch_norm's names leave out the group count: one case each
         kwargs = dict(kw.pop("kwargs", {}))
@@ -292,7 +292,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                 shape[0] * positions <= 1 or kwargs.get("eps", 1) <= 0)):
             return  # refused in training, as PyTorch refuses it (tests/test_ops.py)
         made = (shape[0], *shape[2:], shape[1]) if layout == "channels_last" else shape
-        out.append(Case(f"{op} {name}", op, maker(made, dtype, d, view=CHANNEL_VIEWS.get(layout), specials=specials),
+        out.append(Case(f"{op} {name}", op, maker(made, dtype, d, view=view or CHANNEL_VIEWS.get(layout), specials=specials),
                         groups if grouped_by else None, kwargs, **kw))
     shapes = CHANNEL_SHAPES + ([] if quick else LONG_CHANNEL_SHAPES)
     for dtype in DTYPES:
@@ -338,6 +338,24 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         case("whole GPU a channel, mean 1e3 (16, 2, 2**20)", (16, 2, 1 << 20), 2, specials=lambda x: x.add_(1e3))
         case("whole GPU a channel, inf in channel 0 (16, 2, 2**20)", (16, 2, 1 << 20), 2,
              specials=lambda x: x[0, 0, 7].fill_(float("inf")))
+    if spec.region == "batch":
+        # One block a channel (csrc/reduce_scale/reread.cuh, reduce_scale_group_reread_kernel):
+        # more channels than the GPU's resident blocks (132 to 264 on an H100 or H200), each
+        # small: rows of whole vectors, rows with unaligned edges (the last dim sliced), rows
+        # not sharing their alignment.
+        offset = lambda x: x[..., 3:]  # noqa: E731
+        for shape, dtype, view in [((2, 600, 64), torch.float32, None), ((3, 600, 37), torch.float32, None),
+                                   ((2, 600, 68), torch.float32, offset), ((5, 600, 20), torch.float32, None),
+                                   ((4, 600, 8, 8), torch.bfloat16, None), ((3, 600, 40), torch.float16, offset),
+                                   ((2, 600, 34), torch.float64, None)]:
+            case(f"one block a channel {shape}{' [..., 3:]' if view else ''} {_dt(dtype)}", shape, 600, dtype,
+                 view=view)
+        case("one block a channel, weight, bias, running (2, 600, 68) [..., 3:]", (2, 600, 68), 600, view=offset,
+             with_weight=True, with_running=True)
+        case("one block a channel, mean 1e3 (3, 600, 36)", (3, 600, 36), 600, specials=lambda x: x.add_(1e3))
+        case("one block a channel, inf/nan (3, 600, 36)", (3, 600, 36), 600, specials=_inf_nan)
+        case("one block a channel, zero channels (3, 600, 36)", (3, 600, 36), 600,
+             specials=lambda x: x[:, :5].zero_())
     case("empty batch", (0, 6, 5), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     case("empty positions", (2, 6, 0), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets; slices whose statistics are

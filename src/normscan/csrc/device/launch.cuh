@@ -14,6 +14,7 @@ struct DeviceInfo {
   int smem_optin = 0;      // shared memory a block can have, opted in
   int smem_sm = 0;         // a SM's, its blocks' and their reserves together
   double dram_per_sm = 0;  // peak DRAM bytes a second a SM: memory clock x 2 x bus width / SMs (0: not reported)
+  int64_t l2_bytes = 0;
 };
 
 // Devices whose DRAM feeds a SM more than this at peak need more independent bytes in flight
@@ -45,6 +46,10 @@ inline cudaError_t device_info(DeviceInfo* out) {
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
     d.dram_per_sm = sms > 0 ? 1e3 * clock_khz * 2 * (bus_bits / 8.0) / sms : 0;
+    int l2 = 0;
+    err = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+    if (err != cudaSuccess) return err;
+    d.l2_bytes = l2;
     d.sms = sms;  // last: a nonzero sms marks the entry read
   }
   *out = d;

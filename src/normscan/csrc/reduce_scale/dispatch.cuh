@@ -36,14 +36,42 @@ template <typename T, typename Op> inline bool rows_share_stats(const ArgsFor<T,
   else return false;
 }
 
-// Rows read twice (reread.cuh): one block a row, or each row split across blocks where the
-// rows are too few to fill the GPU or share statistics; the parts' statistics in
-// alloc(bytes).
+// Statistics shared by rows one a block (reduce_scale_group_reread_kernel), where
+// NORMSCAN_GROUP_REREAD_L2_PERCENT's bounds allow: *launched tells whether they were.
+template <typename T, typename Op, int V>
+inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, bool* launched) {
+  *launched = false;
+  if constexpr (Op::kGrouped) {
+    constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, kRereadBlock, V>;
+    DeviceInfo d;
+    cudaError_t err = device_info(&d);
+    int64_t resident = 0;
+    if (err == cudaSuccess) err = resident_units<kernel>(dim3(kRereadBlock), 1, 0, &resident);
+    if (err != cudaSuccess) return err;
+    const int64_t groups = a.grouping.stat_groups, elements = a.view.outer / groups * a.view.length;
+    const int64_t bytes = resident * elements * int64_t(sizeof(T));
+    if (groups < resident || elements > INT32_MAX || 100 * bytes > NORMSCAN_GROUP_REREAD_L2_PERCENT * d.l2_bytes)
+      return cudaSuccess;
+    *launched = true;
+    return launch_units<kernel>(Grid::PerUnit, dim3(kRereadBlock), 1, groups, 0, stream, a);
+  }
+  return cudaSuccess;
+}
+
+// Rows read twice (reread.cuh): one block a row, or a statistic shared by rows, or each row
+// split across blocks where the rows are too few to fill the GPU or share statistics; the
+// parts' statistics in alloc(bytes).
 template <typename T, typename Op, int V, typename Alloc>
 inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, Alloc&& alloc) {
   constexpr auto reread = reduce_scale_reread_kernel<T, Op, kRereadBlock, V>;
+  cudaError_t err = cudaSuccess;
+  if (rows_share_stats<T, Op>(a)) {
+    bool launched = false;
+    err = launch_group_reread<T, Op, V>(a, stream, &launched);
+    if (err != cudaSuccess || launched) return err;
+  }
   int64_t resident = 0;
-  cudaError_t err = resident_units<reread>(dim3(kRereadBlock), 1, 0, &resident);
+  err = resident_units<reread>(dim3(kRereadBlock), 1, 0, &resident);
   if (err != cudaSuccess) return err;
   const RowSplitting c = split_rows(a.view.outer, a.view.length / V, resident, Op::kGrouped);
   if (c.parts == 1 && !rows_share_stats<T, Op>(a))

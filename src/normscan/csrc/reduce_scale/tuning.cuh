@@ -218,6 +218,14 @@ template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, 
 #define NORMSCAN_REREAD_BLOCK 512
 #endif
 constexpr int kRereadBlock = NORMSCAN_REREAD_BLOCK;
+// Statistics shared by rows (batch_norm's channels) go one a block where there is one for
+// every resident block and the resident blocks' statistics take at most this percentage of
+// L2 (reduce_scale_group_reread_kernel: the second pass reads L2); else to the split kernels.
+// Not yet timed: batch_norm (8, 1024, 64, 64) fp32 on the H200 (1024 channels of 128 KB, 132
+// resident blocks: 17 MB of its 60) took 0.300 ms on the split kernels, torch.compile 0.081.
+#ifndef NORMSCAN_GROUP_REREAD_L2_PERCENT
+#define NORMSCAN_GROUP_REREAD_L2_PERCENT 50
+#endif
 // Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
 // summing a row as fill the GPU (whole rows a wave: a second, part-filled wave would double
 // the time), each at least kSplitMinTiles tiles (kRereadTile's; the summing kernel walks its
