@@ -91,16 +91,12 @@ using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
 #ifndef NORMSCAN_ROWS_SPLIT_HELD
 #define NORMSCAN_ROWS_SPLIT_HELD 1
 #endif
-// The grouped ops' fp32 rows of 1025-4096 vectors keep twice the threads of 4 (one block of
-// 1024 a SM at 2049-4096): instance_norm (16, 256, 128, 128) fp32, rows of 16384, ran 0.71x
-// torch.compile on the H200 (0.179 against 0.127 ms). A probe, not yet timed: 1 gives them the
-// split of 4 and 4 too.
-#ifndef NORMSCAN_ROWS_SPLIT_HELD_GROUPED
-#define NORMSCAN_ROWS_SPLIT_HELD_GROUPED 0
-#endif
+// The grouped ops' 16-bit and fp64 rows of 1025-4096 vectors keep twice the threads of 4 (one
+// block of 1024 a SM at 2049-4096); their fp32 rows take the split of 4 + 4 too: instance_norm
+// (16, 256, 128, 128) fp32, rows of 16384, went 0.177 -> 0.132 ms on the H200 (torch.compile
+// 0.127), the other channel norms level (NOTES.md).
 template <typename T, typename Op>
-constexpr bool kRowsSplitHeld =
-    NORMSCAN_ROWS_SPLIT_HELD && (!Op::kGrouped || (NORMSCAN_ROWS_SPLIT_HELD_GROUPED && sizeof(T) == 4));
+constexpr bool kRowsSplitHeld = NORMSCAN_ROWS_SPLIT_HELD && (!Op::kGrouped || sizeof(T) == 4);
 // Rows of up to 8 * BLOCK vectors: BLOCK threads of 8 (1024 / BLOCK blocks a SM), or of 4 and 4
 // in shared memory, or else twice the threads of 4.
 template <typename T, typename Op, int BLOCK>
@@ -221,8 +217,8 @@ constexpr int kRereadBlock = NORMSCAN_REREAD_BLOCK;
 // Statistics shared by rows (batch_norm's channels) go one a block where there is one for
 // every resident block and the resident blocks' statistics take at most this percentage of
 // L2 (reduce_scale_group_reread_kernel: the second pass reads L2); else to the split kernels.
-// Not yet timed: batch_norm (8, 1024, 64, 64) fp32 on the H200 (1024 channels of 128 KB, 132
-// resident blocks: 17 MB of its 60) took 0.300 ms on the split kernels, torch.compile 0.081.
+// batch_norm (8, 1024, 64, 64) on the H200 (1024 channels of 128 KB, 132 resident blocks: 17
+// MB of its 60) went 0.298 -> 0.114 ms fp32, 0.316 -> 0.078 bf16 (torch.compile 0.081, 0.051).
 #ifndef NORMSCAN_GROUP_REREAD_L2_PERCENT
 #define NORMSCAN_GROUP_REREAD_L2_PERCENT 50
 #endif
