@@ -342,12 +342,15 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # One block a channel (csrc/reduce_scale/reread.cuh, reduce_scale_group_reread_kernel):
         # more channels than the GPU's resident blocks (132 to 264 on an H100 or H200), each
         # small: rows of whole vectors, rows with unaligned edges (the last dim sliced), rows
-        # not sharing their alignment.
+        # not sharing their alignment, a channel's rows a fraction of a vector apart (601 x 37),
+        # more rows a channel than a block has threads for edges (300 rows of 7).
         offset = lambda x: x[..., 3:]  # noqa: E731
         for shape, dtype, view in [((2, 600, 64), torch.float32, None), ((3, 600, 37), torch.float32, None),
                                    ((2, 600, 68), torch.float32, offset), ((5, 600, 20), torch.float32, None),
                                    ((4, 600, 8, 8), torch.bfloat16, None), ((3, 600, 40), torch.float16, offset),
-                                   ((2, 600, 34), torch.float64, None)]:
+                                   ((2, 600, 34), torch.float64, None), ((3, 601, 37), torch.float32, None),
+                                   ((3, 601, 37), torch.float16, None), ((300, 600, 7), torch.float32, None),
+                                   ((300, 600, 7), torch.bfloat16, None)]:
             case(f"one block a channel {shape}{' [..., 3:]' if view else ''} {_dt(dtype)}", shape, 600, dtype,
                  view=view)
         case("one block a channel, weight, bias, running (2, 600, 68) [..., 3:]", (2, 600, 68), 600, view=offset,
