@@ -82,9 +82,9 @@ using RowsOneWarp = RowsConfig<256, 32, 4, 0, 4>;
 using RowsTwoWarps = RowsConfig<256, 64, 4, 0, 4>;
 using RowsFourWarps = RowsConfig<256, 128, 4, 0, 4>;
 using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
-// Those that spill at 8, but group_norm, hold 4 vectors in registers and 4 in shared memory on
-// the same blocks (no spill so, sm_90 and sm_80; 16-bit group_norm spilled 4 bytes so, and
-// keeps twice the threads of 4). H200, 2026-11-28, tools/tune.py, 3 rounds, ms, twice the
+// Those that spill at 8 hold 4 vectors in registers and 4 in shared memory on the same
+// blocks (no spill so, sm_90 and sm_80; 16-bit group_norm spilled 4 bytes so, and keeps twice
+// the threads of 4: below). H200, 2026-11-28, tools/tune.py, 3 rounds, ms, twice the
 // threads of 4 -> this: bf16 layer_norm + w (8192, 32768) 0.343 -> 0.284 (73.2 -> 88.2% of
 // copy), rms_norm + w (8192, 16384) 0.131 -> 0.129, (32768, 4096) 0.123 -> 0.124. 0 gives
 // back twice the threads of 4.
@@ -94,9 +94,16 @@ using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
 // The grouped ops' 16-bit and fp64 rows of 1025-4096 vectors keep twice the threads of 4 (one
 // block of 1024 a SM at 2049-4096); their fp32 rows take the split of 4 + 4 too: instance_norm
 // (16, 256, 128, 128) fp32, rows of 16384, went 0.177 -> 0.132 ms on the H200 (torch.compile
-// 0.127), the other channel norms level (NOTES.md).
+// 0.127), the other channel norms level (NOTES.md). A probe, not yet timed: 1 gives the
+// 16-bit ones the split too (bf16 (16, 256, 128, 128) ran 0.78x torch.compile, 0.084 against
+// 0.065 ms, on the H200).
+#ifndef NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT
+#define NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT 0
+#endif
 template <typename T, typename Op>
-constexpr bool kRowsSplitHeld = NORMSCAN_ROWS_SPLIT_HELD && (!Op::kGrouped || sizeof(T) == 4);
+constexpr bool kRowsSplitHeld =
+    NORMSCAN_ROWS_SPLIT_HELD &&
+    (!Op::kGrouped || sizeof(T) == 4 || (NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT && sizeof(T) == 2));
 // Rows of up to 8 * BLOCK vectors: BLOCK threads of 8 (1024 / BLOCK blocks a SM), or of 4 and 4
 // in shared memory, or else twice the threads of 4.
 template <typename T, typename Op, int BLOCK>
