@@ -42,6 +42,13 @@ template <typename T, typename Op, int V>
 inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, bool* launched) {
   *launched = false;
   if constexpr (Op::kGrouped) {
+    // The kernel walks a statistic's rows as one run, split as its first row is: rows a
+    // fraction of a vector apart ((3, 601, 37) fp32) take it a scalar a load.
+    if constexpr (V > 1) {
+      const int64_t step = a.grouping.stat_groups;
+      if ((step * a.view.x_so) % V != 0 || (step * a.view.y_so) % V != 0)
+        return launch_group_reread<T, Op, 1>(a, stream, launched);
+    }
     constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, kRereadBlock, V>;
     DeviceInfo d;
     cudaError_t err = device_info(&d);
@@ -66,13 +73,8 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
   constexpr auto reread = reduce_scale_reread_kernel<T, Op, kRereadBlock, V>;
   cudaError_t err = cudaSuccess;
   if (rows_share_stats<T, Op>(a)) {
-    // The kernel walks a statistic's rows as one run, split as its first row is: rows a
-    // fraction of a vector apart ((3, 601, 37) fp32) take it a scalar a load.
-    const int64_t groups = a.grouping.stat_groups;
-    const bool split_alike = (groups * a.view.x_so) % V == 0 && (groups * a.view.y_so) % V == 0;
     bool launched = false;
-    err = split_alike ? launch_group_reread<T, Op, V>(a, stream, &launched)
-                      : launch_group_reread<T, Op, 1>(a, stream, &launched);
+    err = launch_group_reread<T, Op, V>(a, stream, &launched);
     if (err != cudaSuccess || launched) return err;
   }
   int64_t resident = 0;
