@@ -213,10 +213,7 @@ template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, 
   return held_sooner ? NORMSCAN_ROWS_MAX_CLUSTER_HELD_SOONER : kRowsMaxCluster;
 }
 // Rows longer still, or whose x and y are aligned differently: read twice, one block of
-// this many threads a row. A hook, not yet timed: batch_norm's short rows sharing a statistic
-// take these blocks too (fp32 and bf16 (8, 1024, 64, 64): 8192 rows of 4096 elements on
-// blocks of 512, one a SM at the split kernels' 70-96 registers, ~0.30 ms on the H200
-// whatever the dtype), where fewer threads a block would hold more rows a SM in flight.
+// this many threads a row (and the split kernels', below, and batch_norm's channels a block).
 #ifndef NORMSCAN_REREAD_BLOCK
 #define NORMSCAN_REREAD_BLOCK 512
 #endif
