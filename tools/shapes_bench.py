@@ -28,7 +28,8 @@ def main() -> None:
     parser.add_argument("--sweep", nargs="*", help="the sweep's entries of these ops instead")
     parser.add_argument("--min-mb", type=float, default=0, help="--sweep: entries of at least this many MB")
     parser.add_argument("--match", help="--sweep: entries whose label has this")
-    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"],
+                        choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timings", type=int, default=10)
     args = parser.parse_args()
@@ -43,7 +44,7 @@ def main() -> None:
         kwargs = {k: ast.literal_eval(v) for k, v in (kv.split("=", 1) for kv in args.kwarg)}
         spec = REGISTRY[args.op]
         shapes = [tuple(int(n) for n in s.split("x")) for s in args.shapes]
-        entries = [catalogue._entry(f"{args.op} {s} {str(dt)[6:]}", spec, s, dt, args.dim, kwargs, weight=args.weight)
+        entries = [catalogue._entry(f"{args.op} {s} {str(dt).replace('torch.', '')}", spec, s, dt, args.dim, kwargs, weight=args.weight)
                    for dt in dtypes for s in shapes]
     print(len(entries), "entries", flush=True)
     _build.load_all(builds_of(entries, False))
