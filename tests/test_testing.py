@@ -92,6 +92,26 @@ def test_a_sampled_check_takes_its_slices_one_at_a_time_and_catches_a_wrong_one(
     assert not testing.check(case, "cpu").passed
 
 
+def test_a_sampled_batch_norm_check_takes_each_channels_weight(monkeypatch):
+    """batch_norm's sampled slices are channels (the bench's check of an entry over 2**26
+    elements): each against its float64 reference with its channel's weight and bias (the
+    whole weight beside one channel was an error), and a weight taken by the wrong channel
+    fails."""
+    case = testing.Case("bn sampled", "batch_norm", testing.maker((3, 5, 8)), None, {"training": True},
+                        with_weight=True, sample=(1, 2))
+    result = testing.check(case, "cpu")
+    assert result.passed and result.detail.startswith("checked"), result
+    spec = REGISTRY["batch_norm"]
+    real = type(spec).call
+
+    def flipped_weight(self, x, dim, *args):
+        return real(self, x, dim, *(a.flip(0) if isinstance(a, torch.Tensor) and a.shape == (5,) else a
+                                    for a in args))
+
+    monkeypatch.setattr(type(spec), "call", flipped_weight)
+    assert not testing.check(case, "cpu").passed
+
+
 @pytest.mark.parametrize("where", [-1, 0, "end"])
 def test_a_write_outside_y_fails_the_check(monkeypatch, where):
     """The output sits between poisoned guards: an op that writes y right and one element

@@ -733,9 +733,13 @@ def check(case: Case, device: str = "cuda") -> Result:
         # A whole-tensor op's every element makes each output: the reference of the whole.
         whole = spec.expression(x.double(), dim, *_args(case, wide)) if spec.whole else None
         worst = None  # the slice furthest over (or least under) its bound
+        # Slices of grouped x's channels (batch_norm's) take their channels' weight and bias.
+        by_channel = spec.grouped and sdim == 1
         for i in idx:
             def pick(t, i=i):  # slice i of x, and of the op's other inputs of x's shape (a mask)
-                return t.narrow(sdim, i, 1) if t.shape == x.shape else t
+                if t.shape == x.shape:
+                    return t.narrow(sdim, i, 1)
+                return t.narrow(0, i, 1) if by_channel and t.shape == (x.shape[1],) else t
             e, b, m = _compared(case, pick(x), pick(y), {k: pick(t) for k, t in params.items()},
                                 {k: pick(t) for k, t in wide.items()}, dim, None if whole is None else pick(whole))
             if worst is None or m or e / b > worst[0] / worst[1]:
