@@ -116,10 +116,13 @@ def test_running_statistics_follow_pytorchs_over_steps(device, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape, kernel", [((2, 600, 64), "group_reread"), ((3, 600, 37), "group_reread"),
-                                           ((2, 6, 64), "split_sum")])
+                                           ((16, 40, 1024), "cluster"), ((2, 6, 64), "split_sum")])
 def test_batch_norm_channels_go_one_a_block_where_they_are_many_and_small(shape, kernel):
     """More channels than resident blocks, each small, go one a block (read from DRAM once,
-    then from L2); a few go to the split kernels (the profiler names the kernels launched)."""
+    then from L2); fewer, one a cluster of blocks where there are clusters (sm_90), else to
+    the split kernels, as are a few (the profiler names the kernels launched)."""
+    if kernel == "cluster":
+        kernel = "group_reread" if torch.cuda.get_device_capability()[0] >= 9 else "split_sum"
     x = torch.randn(shape, device="cuda")
     normscan.batch_norm(x, None, None, training=True)  # built and loaded
     torch.cuda.synchronize()

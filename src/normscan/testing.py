@@ -340,17 +340,20 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
              specials=lambda x: x[0, 0, 7].fill_(float("inf")))
     if spec.region == "batch":
         # One block a channel (csrc/reduce_scale/reread.cuh, reduce_scale_group_reread_kernel):
-        # more channels than the GPU's resident blocks (132 to 264 on an H100 or H200), each
-        # small: rows of whole vectors, rows with unaligned edges (the last dim sliced), rows
-        # not sharing their alignment, a channel's rows a fraction of a vector apart (601 x 37),
-        # more rows a channel than a block has threads for edges (300 rows of 7).
+        # more channels than the GPU's resident blocks (on an H100 or H200 132 of 512 threads,
+        # 528 of 128), each small: rows of whole vectors, rows with unaligned edges (the last
+        # dim sliced), rows not sharing their alignment, a channel's rows a fraction of a vector
+        # apart (601 x 37), more rows a channel than a block has threads for edges (300 rows of
+        # 7); blocks of 128 threads for channels of few vectors, of 512 for the rest (8 x 4099,
+        # 8 x 8200).
         offset = lambda x: x[..., 3:]  # noqa: E731
         for shape, dtype, view in [((2, 600, 64), torch.float32, None), ((3, 600, 37), torch.float32, None),
                                    ((2, 600, 68), torch.float32, offset), ((5, 600, 20), torch.float32, None),
                                    ((4, 600, 8, 8), torch.bfloat16, None), ((3, 600, 40), torch.float16, offset),
                                    ((2, 600, 34), torch.float64, None), ((3, 601, 37), torch.float32, None),
                                    ((3, 601, 37), torch.float16, None), ((300, 600, 7), torch.float32, None),
-                                   ((300, 600, 7), torch.bfloat16, None)]:
+                                   ((300, 600, 7), torch.bfloat16, None), ((8, 300, 4099), torch.float32, None),
+                                   ((8, 300, 8200), torch.bfloat16, None)]:
             case(f"one block a channel {shape}{' [..., 3:]' if view else ''} {_dt(dtype)}", shape, 600, dtype,
                  view=view)
         case("one block a channel, weight, bias, running (2, 600, 68) [..., 3:]", (2, 600, 68), 600, view=offset,
@@ -359,6 +362,18 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         case("one block a channel, inf/nan (3, 600, 36)", (3, 600, 36), 600, specials=_inf_nan)
         case("one block a channel, zero channels (3, 600, 36)", (3, 600, 36), 600,
              specials=lambda x: x[:, :5].zero_())
+        # A cluster of 2, 4 or 8 blocks a channel (sm_90; one block, or the split kernels,
+        # elsewhere): fewer channels than the GPU has SMs, or 16-bit ones too big for one
+        # block's share of L2 (140 of 512 KB); more rows than a cluster has threads for edges
+        # (300 of 7).
+        for shape, dtype in [((16, 40, 1024), torch.float32), ((6, 40, 333), torch.float32),
+                             ((12, 20, 1000), torch.float32), ((300, 40, 7), torch.float32),
+                             ((5, 70, 100), torch.bfloat16), ((3, 40, 37), torch.float16),
+                             ((9, 20, 515), torch.float64)] + ([] if quick else [((4, 140, 1 << 16), torch.bfloat16)]):
+            case(f"a cluster a channel {shape} {_dt(dtype)}", shape, shape[1], dtype)
+        case("a cluster a channel, weight, bias, running (6, 40, 333)", (6, 40, 333), 40, with_weight=True,
+             with_running=True)
+        case("a cluster a channel, mean 1e3 (16, 40, 1024)", (16, 40, 1024), 40, specials=lambda x: x.add_(1e3))
     case("empty batch", (0, 6, 5), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     case("empty positions", (2, 6, 0), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets; slices whose statistics are

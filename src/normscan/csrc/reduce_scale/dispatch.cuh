@@ -36,8 +36,36 @@ template <typename T, typename Op> inline bool rows_share_stats(const ArgsFor<T,
   else return false;
 }
 
-// Statistics shared by rows one a block (reduce_scale_group_reread_kernel), where
-// NORMSCAN_GROUP_REREAD_L2_PERCENT's bounds allow: *launched tells whether they were.
+// Statistics shared by rows one a cluster of blocks of B threads (reduce_scale_group_reread_kernel),
+// where NORMSCAN_GROUP_REREAD_L2_PERCENT's bounds allow: *launched tells whether they were.
+template <typename T, typename Op, int B, int V>
+inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
+                                          bool* launched) {
+  constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, B, V>;
+  int64_t resident = 0;
+  cudaError_t err = resident_units<kernel>(dim3(B), 1, 0, &resident);
+  if (err != cudaSuccess) return err;
+  const int64_t groups = a.grouping.stat_groups, bytes = a.view.outer / groups * a.view.length * int64_t(sizeof(T));
+  const int64_t budget = NORMSCAN_GROUP_REREAD_L2_PERCENT * d.l2_bytes / 100;
+  // The smallest cluster whose blocks fill the GPU and whose resident blocks' shares of their
+  // statistics fit the bound; where one block a statistic fills it, 16-bit ones alone take a
+  // cluster to fit (fp32 batch_norm (16, 256, 128, 128) took 0.279 ms on clusters of 8, 0.257
+  // on the split kernels; bf16 0.166 against 0.204: H200, NOTES.md).
+  const int max_cluster = d.major < 9 ? 1 : groups < resident || sizeof(T) <= 2 ? kMaxPortableCluster : 1;
+  for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
+    if (groups * cluster >= resident && budget / ceil_div(bytes, int64_t(cluster)) >= resident) {
+      int64_t fit = 0;  // clusters of it resident at once (0: none can run)
+      err = resident_units<kernel>(dim3(B), cluster, 0, &fit);
+      if (err != cudaSuccess || fit == 0) return err;
+      *launched = true;
+      return launch_units<kernel>(Grid::PerUnit, dim3(B), cluster, groups, 0, stream, a);
+    }
+  }
+  return cudaSuccess;
+}
+
+// The same, blocks of kGroupRereadSmallBlock threads for statistics of few vectors, else (or
+// where those do not fit) of kGroupRereadBlock.
 template <typename T, typename Op, int V>
 inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, bool* launched) {
   *launched = false;
@@ -49,18 +77,16 @@ inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t str
       if ((step * a.view.x_so) % V != 0 || (step * a.view.y_so) % V != 0)
         return launch_group_reread<T, Op, 1>(a, stream, launched);
     }
-    constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, kRereadBlock, V>;
+    const int64_t elements = a.view.outer / a.grouping.stat_groups * a.view.length;
+    if (elements > INT32_MAX) return cudaSuccess;
     DeviceInfo d;
     cudaError_t err = device_info(&d);
-    int64_t resident = 0;
-    if (err == cudaSuccess) err = resident_units<kernel>(dim3(kRereadBlock), 1, 0, &resident);
     if (err != cudaSuccess) return err;
-    const int64_t groups = a.grouping.stat_groups, elements = a.view.outer / groups * a.view.length;
-    const int64_t bytes = resident * elements * int64_t(sizeof(T));
-    if (groups < resident || elements > INT32_MAX || 100 * bytes > NORMSCAN_GROUP_REREAD_L2_PERCENT * d.l2_bytes)
-      return cudaSuccess;
-    *launched = true;
-    return launch_units<kernel>(Grid::PerUnit, dim3(kRereadBlock), 1, groups, 0, stream, a);
+    if (elements / V < int64_t(kGroupRereadBlock) * NORMSCAN_GROUP_REREAD_SMALL_VECTORS) {
+      err = launch_group_reread_of<T, Op, kGroupRereadSmallBlock, V>(a, d, stream, launched);
+      if (err != cudaSuccess || *launched) return err;
+    }
+    return launch_group_reread_of<T, Op, kGroupRereadBlock, V>(a, d, stream, launched);
   }
   return cudaSuccess;
 }

@@ -12,9 +12,9 @@
 //   row's statistics in the same order (the same bits); where rows share a statistic
 //   (batch_norm's), reduce_scale_merge_stats_kernel merges each one's parts in between.
 //   Part and span 0 also take the row's unaligned edges.
-// - reduce_scale_group_reread_kernel: one block a statistic shared by rows (batch_norm's
-//   channel: its rows, one a sample), for such statistics enough to fill the GPU and small
-//   enough that what the resident blocks read stays in L2 from one pass to the next.
+// - reduce_scale_group_reread_kernel: one block, or a cluster of blocks (sm_90), a statistic
+//   shared by rows (batch_norm's channel: its rows, one a sample), where what the resident
+//   blocks read stays in L2 from one pass to the next.
 // A max-shifted op keeps a running maximum with its sum, rescaling the sum when the maximum
 // grows (once per kRereadUnroll vectors), so it too reads x twice; a centered op merges each
 // such batch's mean and squared deviations into its running ones (MeanM2).
@@ -22,6 +22,7 @@
 
 #include <type_traits>
 
+#include "../device/cluster.cuh"
 #include "../device/memory.cuh"
 #include "../device/reduce.cuh"
 #include "ops.cuh"
@@ -300,39 +301,56 @@ __global__ void __launch_bounds__(BLOCK) reduce_scale_merge_stats_kernel(ArgsFor
   }
 }
 
-// A block sums every row of its statistic, then scales them, the last vector first. The rows
-// (sharing their alignment) are walked as one run of rows x nvec vectors, so that a thread's
-// loads of a trip are in flight together whatever the rows' length: the split kernels' block
-// a row of 1024 vectors held two 16-byte loads a thread in flight, batch_norm fp32 (8, 1024,
-// 64, 64) at 31% of copy on the H200 (torch.compile 0.081 ms, ours 0.300). The statistic's
-// elements fit 32 bits (the dispatch's choice): its vectors are found by 32-bit division.
+// The same bound for blocks of BLOCK threads: as many registers a thread as at 512.
+template <typename T, typename Op, int BLOCK> constexpr int reread_min_blocks_of() {
+  return reread_min_blocks<T, Op>() * 512 / BLOCK;
+}
+
+// A cluster of blocks (one block where there are no clusters) sums every row of its
+// statistic, then scales them, the last vector first. The rows (sharing their alignment) are
+// walked as one run of rows x nvec vectors, the cluster's threads a stride, so that a
+// thread's loads of a trip are in flight together whatever the rows' length: the split
+// kernels' block a row of 1024 vectors held two 16-byte loads a thread in flight, batch_norm
+// fp32 (8, 1024, 64, 64) at 31% of copy on the H200 (torch.compile 0.081 ms, ours 0.300).
+// The rows' unaligned edge elements are spread over the threads too (thread t edge t % E of
+// rows t / E, t / E + threads / E, ...): one thread an edge walking every row held
+// (256, 1024, 7, 7) at 8% of warps active. The statistic's elements fit 32 bits (the
+// dispatch's choice): its vectors are found by 32-bit division.
 template <typename T, typename Op, int BLOCK, int V>
-__global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scale_group_reread_kernel(ArgsFor<T, Op> a) {
+__global__ void __launch_bounds__(BLOCK, (reread_min_blocks_of<T, Op, BLOCK>()))
+    reduce_scale_group_reread_kernel(ArgsFor<T, Op> a) {
   static_assert(Op::kGrouped, "rows share statistics only in a grouped op");
   using A = acc_t<T>;
+  using Stat = RowStat<Op, A>;
   // The summing pass's loads in flight a thread: fp32's as the split summing kernel's, the
   // others' as the scaling pass's (8 vectors a trip spilled 16-bit 16 bytes on sm_80, fp64 44
   // on sm_90).
   constexpr int SUM_U = sizeof(T) == 4 ? NORMSCAN_SPLIT_SUM_UNROLL : kRereadUnroll, SCALE_U = kRereadUnroll;
-  __shared__ RowStat<Op, A> warp_stat[2][BLOCK / 32];
+  __shared__ Stat warp_stat[2][BLOCK / 32];
+  __shared__ Stat cta_stat[2];  // this block's statistic, for the cluster's others to read
   const WarpPlace me = WarpPlace::of_thread();
-  const int64_t groups = a.grouping.stat_groups;
+  const int2 place = cluster_place();
+  const int csize = place.x;
+  const uint32_t threads = uint32_t(BLOCK) * csize, t = uint32_t(BLOCK) * place.y + threadIdx.x;
+  const int64_t groups = a.grouping.stat_groups, clusters = gridDim.x / csize;
   const uint32_t rows = static_cast<uint32_t>(a.view.outer / groups);
   int parity = 0;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x, parity ^= 1) {
+  for (int64_t g = blockIdx.x / csize; g < groups; g += clusters, parity ^= 1) {
     const RereadRow<T, V> first(a, g, Op{});
     const uint32_t nvec = static_cast<uint32_t>(first.s.nvec), total = rows * nvec;
+    const uint32_t edges = first.s.head + first.s.tail, edge_rows = edges > 0 ? threads / edges : 0;
     const int64_t x_step = groups * a.view.x_so, y_step = groups * a.view.y_so;  // row k to k + 1
     const T* xb = first.xr + first.s.head;
     T* yb = first.yr + first.s.head;
     auto acc = first.template accumulator<Op>();
-    if (first.has_edge(threadIdx.x))
-      for (uint32_t k = 0; k < rows; ++k) RereadRow<T, V>(a, g + k * groups, Op{}).add_edge(acc, threadIdx.x);
-    for (uint32_t j = threadIdx.x; j < total; j += BLOCK * SUM_U) {
+    if (t < edge_rows * edges)
+      for (uint32_t k = t / edges; k < rows; k += edge_rows)
+        RereadRow<T, V>(a, g + k * groups, Op{}).add_edge(acc, t % edges);
+    for (uint32_t j = t; j < total; j += threads * SUM_U) {
       Vec<T, V> v[SUM_U];
 #pragma unroll
       for (int u = 0; u < SUM_U; ++u) {
-        const uint32_t i = j + u * BLOCK, k = i / nvec;
+        const uint32_t i = j + u * threads, k = i / nvec;
         if (i < total) v[u] = load_vec<T, V>(xb + k * x_step + int64_t(i - k * nvec) * V);
       }
       A vals[SUM_U * V];
@@ -340,32 +358,38 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>()) reduce_scal
       for (int u = 0; u < SUM_U; ++u)
 #pragma unroll
         for (int e = 0; e < V; ++e) vals[u * V + e] = Convert<T>::to_acc(v[u].v[e]);
-      acc.add(vals, static_cast<int>(min64(SUM_U, (total - j + BLOCK - 1) / BLOCK)) * V);  // the present ones first
+      acc.add(vals, static_cast<int>(min64(SUM_U, (total - j + threads - 1) / threads)) * V);  // the present ones first
     }
-    const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
+    Stat stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
+#ifdef NORMSCAN_CLUSTERS
+    if (csize > 1) stat = cluster_reduce<RowStatOp<Op>>(stat, &cta_stat[parity], csize);
+#endif
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length * rows, a.eps, acc.pilot);
-    if (threadIdx.x == 0) write_stat(a, g, rs, stat.m2);
-    if (first.has_edge(threadIdx.x))
-      for (uint32_t k = 0; k < rows; ++k)
-        RereadRow<T, V>(a, g + k * groups, Op{}).template scale_edge<Op>(rs, a, g + k * groups, threadIdx.x);
+    if (t == 0) write_stat(a, g, rs, stat.m2);
+    if (t < edge_rows * edges)
+      for (uint32_t k = t / edges; k < rows; k += edge_rows)
+        RereadRow<T, V>(a, g + k * groups, Op{}).template scale_edge<Op>(rs, a, g + k * groups, t % edges);
     const ChannelRow<T, false> ch = first.template channels<Op, false>(a, g);  // every row's: one channel
-    for (int64_t j = int64_t(total) - 1 - threadIdx.x; j >= 0; j -= BLOCK * SCALE_U) {
+    for (int64_t j = int64_t(total) - 1 - t; j >= 0; j -= int64_t(threads) * SCALE_U) {
       Vec<T, V> v[SCALE_U];
       uint32_t k[SCALE_U], o[SCALE_U];
 #pragma unroll
       for (int u = 0; u < SCALE_U; ++u) {
-        const int64_t i = j - u * BLOCK;
+        const int64_t i = j - int64_t(u) * threads;
         k[u] = i >= 0 ? static_cast<uint32_t>(i) / nvec : 0;
         o[u] = static_cast<uint32_t>(i) - k[u] * nvec;
         if (i >= 0) v[u] = load_vec<T, V>(xb + k[u] * x_step + int64_t(o[u]) * V);
       }
 #pragma unroll
       for (int u = 0; u < SCALE_U; ++u)
-        if (j - u * BLOCK >= 0)
+        if (j - int64_t(u) * threads >= 0)
           store_vec_whole<T, V>(yb + k[u] * y_step + int64_t(o[u]) * V,
                                 first.template scaled<Op>(v[u], first.s.head + int64_t(o[u]) * V, rs, a, ch));
     }
   }
+#ifdef NORMSCAN_CLUSTERS
+  if (csize > 1) cg::this_cluster().sync();  // no block's cta_stat read after it has gone
+#endif
 }
 
 template <typename T, typename Op, int BLOCK, int V>

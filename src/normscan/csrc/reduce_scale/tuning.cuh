@@ -218,14 +218,23 @@ template <typename T, typename Op> inline int rows_max_cluster(const ArgsFor<T, 
 #define NORMSCAN_REREAD_BLOCK 512
 #endif
 constexpr int kRereadBlock = NORMSCAN_REREAD_BLOCK;
-// Statistics shared by rows (batch_norm's channels) go one a block where there is one for
-// every resident block and the resident blocks' statistics take at most this percentage of
-// L2 (reduce_scale_group_reread_kernel: the second pass reads L2); else to the split kernels.
-// batch_norm (8, 1024, 64, 64) on the H200 (1024 channels of 128 KB, 132 resident blocks: 17
-// MB of its 60) went 0.298 -> 0.114 ms fp32, 0.316 -> 0.078 bf16 (torch.compile 0.081, 0.051).
+// Statistics shared by rows (batch_norm's channels) go one a cluster of 1, 2, 4 or 8 blocks
+// (clusters on sm_90 only: launch_group_reread_of says which) where the resident blocks'
+// shares of their statistics take at most this percentage of L2 (reduce_scale_group_reread_kernel:
+// the second pass reads L2); else to the split kernels. batch_norm (8, 1024, 64, 64) on the
+// H200 (1024 channels of 128 KB, 132 resident blocks: 17 MB of its 60) went 0.298 -> 0.114
+// ms fp32, 0.316 -> 0.078 bf16 (torch.compile 0.081, 0.051) one a block.
 #ifndef NORMSCAN_GROUP_REREAD_L2_PERCENT
 #define NORMSCAN_GROUP_REREAD_L2_PERCENT 50
 #endif
+// Their blocks: of 512 threads, or of 128 for statistics of fewer vectors than this many a
+// thread of 512 (ms, H200, 2026-12-02, blocks of 512 | 128: fp32 (8, 2048, 32, 32) 0.091 |
+// 0.060, (128, 512, 14, 14) 0.056 | 0.054, (32, 512, 32, 32) 0.063 | 0.073; bf16 (8, 2048,
+// 32, 32) 0.077 | 0.042, (8, 1024, 64, 64) 0.082 | 0.076; NOTES.md).
+#ifndef NORMSCAN_GROUP_REREAD_SMALL_VECTORS
+#define NORMSCAN_GROUP_REREAD_SMALL_VECTORS 16
+#endif
+constexpr int kGroupRereadBlock = 512, kGroupRereadSmallBlock = 128;
 // Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
 // summing a row as fill the GPU (whole rows a wave: a second, part-filled wave would double
 // the time), each at least kSplitMinTiles tiles (kRereadTile's; the summing kernel walks its
