@@ -39,9 +39,10 @@ template <typename T, typename Op> inline bool rows_share_stats(const ArgsFor<T,
 // Statistics shared by rows one a cluster of blocks of B threads (reduce_scale_group_reread_kernel),
 // where NORMSCAN_GROUP_REREAD_L2_PERCENT's bounds allow: *launched tells whether they were.
 template <typename T, typename Op, int B, int V>
-inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
-                                          bool* launched) {
-  constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, B, V>;
+inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, int most_cluster,
+                                          cudaStream_t stream, bool* launched) {
+  constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, B, V, false>;
+  constexpr auto clustered = reduce_scale_group_reread_kernel<T, Op, B, V, true>;
   int64_t resident = 0;
   cudaError_t err = resident_units<kernel>(dim3(B), 1, 0, &resident);
   if (err != cudaSuccess) return err;
@@ -51,21 +52,27 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
   // statistics fit the bound; where one block a statistic fills it, 16-bit ones alone take a
   // cluster to fit (fp32 batch_norm (16, 256, 128, 128) took 0.279 ms on clusters of 8, 0.257
   // on the split kernels; bf16 0.166 against 0.204: H200, NOTES.md).
-  const int max_cluster = d.major < 9 ? 1 : groups < resident || sizeof(T) <= 2 ? kMaxPortableCluster : 1;
+  const int max_cluster = d.major < 9 ? 1 : groups < resident || sizeof(T) <= 2 ? most_cluster : 1;
   for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
     if (groups * cluster >= resident && budget / ceil_div(bytes, int64_t(cluster)) >= resident) {
-      int64_t fit = 0;  // clusters of it resident at once (0: none can run)
-      err = resident_units<kernel>(dim3(B), cluster, 0, &fit);
-      if (err != cudaSuccess || fit == 0) return err;
       *launched = true;
-      return launch_units<kernel>(Grid::PerUnit, dim3(B), cluster, groups, 0, stream, a);
+      if (cluster == 1) return launch_units<kernel>(Grid::PerUnit, dim3(B), 1, groups, 0, stream, a);
+      int64_t fit = 0;  // clusters resident at once (0: none can run)
+      err = resident_units<clustered>(dim3(B), cluster, 0, &fit);
+      if (err != cudaSuccess || fit == 0) {
+        *launched = false;
+        return err;
+      }
+      return launch_units<clustered>(Grid::PerUnit, dim3(B), cluster, groups, 0, stream, a);
     }
   }
   return cudaSuccess;
 }
 
-// The same, blocks of kGroupRereadSmallBlock threads for statistics of few vectors, else (or
-// where those do not fit) of kGroupRereadBlock.
+// The same, blocks of kGroupRereadSmallBlock threads for statistics of few vectors, on
+// clusters of fewer threads than a kGroupRereadBlock block has (bf16 (64, 256, 28, 28) on
+// clusters of 4 of 128 threads took 0.046 ms, one block of 512 0.033), else (or where those
+// do not fit) blocks of kGroupRereadBlock.
 template <typename T, typename Op, int V>
 inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, bool* launched) {
   *launched = false;
@@ -83,10 +90,11 @@ inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t str
     cudaError_t err = device_info(&d);
     if (err != cudaSuccess) return err;
     if (elements / V < int64_t(kGroupRereadBlock) * NORMSCAN_GROUP_REREAD_SMALL_VECTORS) {
-      err = launch_group_reread_of<T, Op, kGroupRereadSmallBlock, V>(a, d, stream, launched);
+      constexpr int most = kGroupRereadBlock / kGroupRereadSmallBlock / 2;
+      err = launch_group_reread_of<T, Op, kGroupRereadSmallBlock, V>(a, d, most, stream, launched);
       if (err != cudaSuccess || *launched) return err;
     }
-    return launch_group_reread_of<T, Op, kGroupRereadBlock, V>(a, d, stream, launched);
+    return launch_group_reread_of<T, Op, kGroupRereadBlock, V>(a, d, kMaxPortableCluster, stream, launched);
   }
   return cudaSuccess;
 }
