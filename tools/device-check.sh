@@ -17,7 +17,8 @@
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
 #   built in the background while the earlier steps run; ncu: tools/ncu_probe.py, the DRAM
 #   bytes (ncu's own counters), throughput, warp stalls and occupancy of the open gaps'
-#   kernels (long rows, channel RMSNorm, small-inner scans, 23's rows, 40's held rows), and
+#   kernels (long rows, channel RMSNorm, batch_norm's channels, small-inner scans, 23's rows,
+#   40's held rows), and
 #   QuACK's long-row kernel where it imports;
 #   sanitize: `normscan verify --quick` under compute-sanitizer's memcheck and racecheck, an op a
 #   process, without PyTorch's caching allocator (memcheck or racecheck: one of the two);

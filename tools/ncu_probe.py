@@ -48,6 +48,13 @@ CASES = {
     "softmax rows bf16 (32768, 4096)": ("normscan.softmax(x, 1)", (32768, 4096), "bfloat16"),
     "log_softmax rows bf16 (32768, 4096)": ("normscan.log_softmax(x, 1)", (32768, 4096), "bfloat16"),
     "softmax rows fp32 (32768, 4096)": ("normscan.softmax(x, 1)", (32768, 4096), "float32"),
+    # batch_norm's channels (reduce_scale_group_reread_kernel): one a block of 512, of 128, a cluster.
+    "batch_norm train fp32 (8, 1024, 64, 64)": ("normscan.batch_norm(x, None, None, training=True)",
+                                                (8, 1024, 64, 64), "float32"),
+    "batch_norm train fp32 (8, 2048, 32, 32)": ("normscan.batch_norm(x, None, None, training=True)",
+                                                (8, 2048, 32, 32), "float32"),
+    "batch_norm train fp32 (64, 64, 64, 64)": ("normscan.batch_norm(x, None, None, training=True)",
+                                               (64, 64, 64, 64), "float32"),
     "layer_norm held fp32 (16, 64, 256, 256)": ("normscan.layer_norm(x, (64, 256, 256))", (16, 64, 256, 256),
                                                 "float32"),
     # Backward (#19): the forward once more under the profiler, then the backward's kernels.
