@@ -55,15 +55,14 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
   const int max_cluster = d.major < 9 ? 1 : groups < resident || sizeof(T) <= 2 ? most_cluster : 1;
   for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
     if (groups * cluster >= resident && budget / ceil_div(bytes, int64_t(cluster)) >= resident) {
-      *launched = true;
-      if (cluster == 1) return launch_units<kernel>(Grid::PerUnit, dim3(B), 1, groups, 0, stream, a);
-      int64_t fit = 0;  // clusters resident at once (0: none can run)
-      err = resident_units<clustered>(dim3(B), cluster, 0, &fit);
-      if (err != cudaSuccess || fit == 0) {
-        *launched = false;
-        return err;
+      if (cluster > 1) {
+        int64_t fit = 0;  // clusters resident at once (0: none can run)
+        err = resident_units<clustered>(dim3(B), cluster, 0, &fit);
+        if (err != cudaSuccess || fit == 0) return err;
       }
-      return launch_units<clustered>(Grid::PerUnit, dim3(B), cluster, groups, 0, stream, a);
+      *launched = true;
+      return cluster == 1 ? launch_units<kernel>(Grid::PerUnit, dim3(B), 1, groups, 0, stream, a)
+                          : launch_units<clustered>(Grid::PerUnit, dim3(B), cluster, groups, 0, stream, a);
     }
   }
   return cudaSuccess;

@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(BLOCK) reduce_scale_merge_stats_kernel(ArgsFor
   }
 }
 
-// The same bound for blocks of BLOCK threads: as many registers a thread as at 512.
+// reread_min_blocks's bound (set for blocks of 512) for blocks of BLOCK threads: as many
+// registers a thread.
 template <typename T, typename Op, int BLOCK> constexpr int reread_min_blocks_of() {
   return reread_min_blocks<T, Op>() * 512 / BLOCK;
 }
