@@ -362,6 +362,12 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         case("one block a channel, inf/nan (3, 600, 36)", (3, 600, 36), 600, specials=_inf_nan)
         case("one block a channel, zero channels (3, 600, 36)", (3, 600, 36), 600,
              specials=lambda x: x[:, :5].zero_())
+        # Held in shared memory (the kernel's HELD: blocks of 256 threads of 16 vectors by
+        # default), a channel filling its block's slots: fp32 and bf16 one block each, fp32 a
+        # cluster of 16 (sm_90).
+        for shape, dtype in [((16, 400, 1024), torch.float32), ((16, 400, 2048), torch.bfloat16),
+                             ((256, 40, 1024), torch.float32)]:
+            case(f"held slots full {shape} {_dt(dtype)}", shape, shape[1], dtype)
         # A cluster of 2, 4 or 8 blocks a channel (sm_90; one block, or the split kernels,
         # elsewhere): fewer channels than the GPU has SMs, or 16-bit ones too big for one
         # block's share of L2 (140 of 512 KB); more rows than a cluster has threads for edges

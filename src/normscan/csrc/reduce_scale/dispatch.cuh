@@ -68,6 +68,55 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
   return cudaSuccess;
 }
 
+// Statistics shared by rows held in shared memory (reduce_scale_group_reread_kernel's HELD),
+// one a cluster of B-thread blocks: the fewest that hold a statistic's vectors, fill the GPU's
+// resident blocks, and keep its last round of clusters NORMSCAN_GROUP_HELD_BALANCE percent
+// full, where such a cluster can run: *launched tells whether they were.
+template <typename T, typename Op, int B, int V>
+inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
+                                        bool* launched) {
+  constexpr int H = kGroupHeldVecs;
+  constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, B, V, false, H>;
+  constexpr auto clustered = reduce_scale_group_reread_kernel<T, Op, B, V, true, H>;
+  constexpr size_t smem = size_t(B) * H * 16;
+  const int64_t groups = a.grouping.stat_groups, vectors = a.view.outer / groups * (a.view.length / V);
+  int64_t resident = 0;
+  cudaError_t err = resident_units<kernel>(dim3(B), 1, smem, &resident);
+  if (err != cudaSuccess || resident == 0) return err;
+  int chosen = 0;  // the cluster taken (0: none)
+  for (int cluster = 1; cluster <= (d.major < 9 ? 1 : kMaxCluster); cluster *= 2) {
+    if (vectors > int64_t(cluster) * B * H || groups * cluster < resident) continue;
+    int64_t fit = resident;  // clusters resident at once (0: none can run)
+    if (cluster > 1) {
+      err = resident_units<clustered>(dim3(B), cluster, smem, &fit);
+      if (err != cudaSuccess) return err;
+      if (fit == 0) break;
+    }
+    chosen = cluster;
+    if (100 * groups >= NORMSCAN_GROUP_HELD_BALANCE * ceil_div(groups, fit) * fit) break;
+  }
+  if (chosen == 0) return cudaSuccess;
+  *launched = true;
+  return chosen == 1 ? launch_units<kernel>(Grid::Persistent, dim3(B), 1, groups, smem, stream, a)
+                     : launch_units<clustered>(Grid::Persistent, dim3(B), chosen, groups, smem, stream, a);
+}
+
+// The same on blocks of kGroupHeldSmallBlock threads for statistics that fill at most
+// NORMSCAN_GROUP_HELD_SMALL_BLOCKS of them, else of kGroupHeldBlock.
+template <typename T, typename Op, int V>
+inline cudaError_t launch_group_held(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
+                                     bool* launched) {
+  if constexpr (kGroupHeldVecs > 0 && V * sizeof(T) == 16) {
+    const int64_t vectors = a.view.outer / a.grouping.stat_groups * (a.view.length / V);
+    if (vectors <= int64_t(NORMSCAN_GROUP_HELD_SMALL_BLOCKS) * kGroupHeldSmallBlock * kGroupHeldVecs) {
+      const cudaError_t err = launch_group_held_of<T, Op, kGroupHeldSmallBlock, V>(a, d, stream, launched);
+      if (err != cudaSuccess || *launched) return err;
+    }
+    return launch_group_held_of<T, Op, kGroupHeldBlock, V>(a, d, stream, launched);
+  }
+  return cudaSuccess;
+}
+
 // The same, blocks of kGroupRereadSmallBlock threads for statistics of few vectors, on
 // clusters of fewer threads than a kGroupRereadBlock block has (bf16 (64, 256, 28, 28) on
 // clusters of 4 of 128 threads took 0.046 ms, one block of 512 0.033), else (or where those
@@ -88,6 +137,8 @@ inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t str
     DeviceInfo d;
     cudaError_t err = device_info(&d);
     if (err != cudaSuccess) return err;
+    err = launch_group_held<T, Op, V>(a, d, stream, launched);
+    if (err != cudaSuccess || *launched) return err;
     if (elements / V < int64_t(kGroupRereadBlock) * NORMSCAN_GROUP_REREAD_SMALL_VECTORS) {
       constexpr int most = kGroupRereadBlock / kGroupRereadSmallBlock / 2;
       err = launch_group_reread_of<T, Op, kGroupRereadSmallBlock, V>(a, d, most, stream, launched);

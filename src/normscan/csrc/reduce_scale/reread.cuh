@@ -13,8 +13,9 @@
 //   (batch_norm's), reduce_scale_merge_stats_kernel merges each one's parts in between.
 //   Part and span 0 also take the row's unaligned edges.
 // - reduce_scale_group_reread_kernel: one block, or a cluster of blocks (sm_90), a statistic
-//   shared by rows (batch_norm's channel: its rows, one a sample), where what the resident
-//   blocks read stays in L2 from one pass to the next.
+//   shared by rows (batch_norm's channel: its rows, one a sample), held in its blocks' shared
+//   memory where they hold it, else where what the resident blocks read stays in L2 from one
+//   pass to the next.
 // A max-shifted op keeps a running maximum with its sum, rescaling the sum when the maximum
 // grows (once per kRereadUnroll vectors), so it too reads x twice; a centered op merges each
 // such batch's mean and squared deviations into its running ones (MeanM2).
@@ -307,6 +308,13 @@ template <typename T, typename Op, int BLOCK> constexpr int reread_min_blocks_of
   return reread_min_blocks<T, Op>() * 512 / BLOCK;
 }
 
+// Blocks a SM whose HELD vectors a thread of shared memory fit beside each other (a block's
+// 1 KB reserve with each; 228 KB a SM on sm_90, 164 KB on sm_80: the bound asks only the
+// registers that the larger allows).
+template <int BLOCK, int HELD> constexpr int group_held_min_blocks() {
+  return (228 * 1024) / (BLOCK * HELD * 16 + 1024) > 0 ? (228 * 1024) / (BLOCK * HELD * 16 + 1024) : 1;
+}
+
 // A cluster of blocks (one block where there are no clusters) sums every row of its
 // statistic, then scales them, the last vector first. The rows (sharing their alignment) are
 // walked as one run of rows x nvec vectors, the cluster's threads a stride, so that a
@@ -317,10 +325,18 @@ template <typename T, typename Op, int BLOCK> constexpr int reread_min_blocks_of
 // rows t / E, t / E + threads / E, ...): one thread an edge walking every row held
 // (256, 1024, 7, 7) at 8% of warps active. The statistic's elements fit 32 bits (the
 // dispatch's choice): its vectors are found by 32-bit division.
-template <typename T, typename Op, int BLOCK, int V, bool CLUSTERED>
-__global__ void __launch_bounds__(BLOCK, (reread_min_blocks_of<T, Op, BLOCK>()))
+// HELD > 0: each thread's vectors of a statistic (vector t + k * threads in slot k < HELD of
+// its block's dynamic shared memory, so the dispatch sees that the most vectors a statistic
+// has fit) are copied in by cp.async and summed and scaled from there: x read once, from
+// DRAM, with every byte of a block's share in flight at once without registers. A slot is
+// refilled with the next statistic's vector as soon as this one's is stored (the thread reads
+// only the slots it filled), so the next statistic's loads land during this one's stores.
+template <typename T, typename Op, int BLOCK, int V, bool CLUSTERED, int HELD = 0>
+__global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK, HELD>()
+                                                   : reread_min_blocks_of<T, Op, BLOCK>()))
     reduce_scale_group_reread_kernel(ArgsFor<T, Op> a) {
   static_assert(Op::kGrouped, "rows share statistics only in a grouped op");
+  static_assert(HELD == 0 || V * sizeof(T) == 16, "held slots of 16-byte vectors");
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
   // The summing pass's loads in flight a thread: fp32's as the split summing kernel's, the
@@ -337,19 +353,52 @@ __global__ void __launch_bounds__(BLOCK, (reread_min_blocks_of<T, Op, BLOCK>()))
   const uint32_t threads = uint32_t(BLOCK) * csize, t = uint32_t(BLOCK) * place.y + threadIdx.x;
   const int64_t groups = a.grouping.stat_groups, clusters = gridDim.x / csize;
   const uint32_t rows = static_cast<uint32_t>(a.view.outer / groups);
+  const int64_t x_step = groups * a.view.x_so, y_step = groups * a.view.y_so;  // row k to k + 1
+  extern __shared__ uint4 held[];  // HELD > 0: slot k of this thread at held[k * BLOCK + threadIdx.x]
+  const auto slot = [&](int k) { return reinterpret_cast<Vec<T, V>*>(&held[k * BLOCK + threadIdx.x]); };
+  // Copies this thread's vector of slot k of the statistic laid out as r (if it has one).
+  const auto copy_in = [&](int k, const RereadRow<T, V>& r) {
+    const uint32_t nvec = static_cast<uint32_t>(r.s.nvec), i = t + uint32_t(k) * threads, row = i / nvec;
+    if (i < rows * nvec) cp_async16(slot(k), r.xr + r.s.head + row * x_step + int64_t(i - row * nvec) * V);
+  };
+  if constexpr (HELD > 0) {
+    if (blockIdx.x / csize < groups) {
+      const RereadRow<T, V> r(a, blockIdx.x / csize, Op{});
+#pragma unroll
+      for (int k = 0; k < HELD; ++k) copy_in(k, r);
+    }
+  }
   int parity = 0;
   for (int64_t g = blockIdx.x / csize; g < groups; g += clusters, parity ^= 1) {
     const RereadRow<T, V> first(a, g, Op{});
     const uint32_t nvec = static_cast<uint32_t>(first.s.nvec), total = rows * nvec;
     const uint32_t edges = first.s.head + first.s.tail, edge_rows = edges > 0 ? threads / edges : 0;
-    const int64_t x_step = groups * a.view.x_so, y_step = groups * a.view.y_so;  // row k to k + 1
     const T* xb = first.xr + first.s.head;
     T* yb = first.yr + first.s.head;
     auto acc = first.template accumulator<Op>();
     if (t < edge_rows * edges)
       for (uint32_t k = t / edges; k < rows; k += edge_rows)
         RereadRow<T, V>(a, g + k * groups, Op{}).add_edge(acc, t % edges);
-    for (uint32_t j = t; j < total; j += threads * SUM_U) {
+    if constexpr (HELD > 0) {
+      // A batch of the accumulator: 16 fp32 values, or 16-bit ones.
+      constexpr int HU = V >= 8 ? 2 : 4;
+      cp_async_wait_all();
+#pragma unroll
+      for (int k0 = 0; k0 < HELD; k0 += HU) {
+        A vals[HU * V];
+        int n = 0;  // the present vectors are the first ones
+#pragma unroll
+        for (int u = 0; u < HU; ++u)
+          if (k0 + u < HELD && t + uint32_t(k0 + u) * threads < total) {
+            const Vec<T, V> v = *slot(k0 + u);
+#pragma unroll
+            for (int e = 0; e < V; ++e) vals[u * V + e] = Convert<T>::to_acc(v.v[e]);
+            n += V;
+          }
+        if (n > 0) acc.add(vals, n);
+      }
+    }
+    for (uint32_t j = t; HELD == 0 && j < total; j += threads * SUM_U) {
       Vec<T, V> v[SUM_U];
 #pragma unroll
       for (int u = 0; u < SUM_U; ++u) {
@@ -373,7 +422,21 @@ __global__ void __launch_bounds__(BLOCK, (reread_min_blocks_of<T, Op, BLOCK>()))
       for (uint32_t k = t / edges; k < rows; k += edge_rows)
         RereadRow<T, V>(a, g + k * groups, Op{}).template scale_edge<Op>(rs, a, g + k * groups, t % edges);
     const ChannelRow<T, false> ch = first.template channels<Op, false>(a, g);  // every row's: one channel
-    for (int64_t j = int64_t(total) - 1 - t; j >= 0; j -= int64_t(threads) * SCALE_U) {
+    if constexpr (HELD > 0) {
+      const bool more = g + clusters < groups;
+      const RereadRow<T, V> next(a, more ? g + clusters : g, Op{});
+#pragma unroll 1  // stores need no loads in flight
+      for (int k = 0; k < HELD; ++k) {
+        const uint32_t i = t + uint32_t(k) * threads;
+        if (i < total) {
+          const uint32_t row = i / nvec, o = i - row * nvec;
+          store_vec_whole<T, V>(yb + row * y_step + int64_t(o) * V,
+                                first.template scaled<Op>(*slot(k), first.s.head + int64_t(o) * V, rs, a, ch));
+        }
+        if (more) copy_in(k, next);
+      }
+    }
+    for (int64_t j = int64_t(total) - 1 - t; HELD == 0 && j >= 0; j -= int64_t(threads) * SCALE_U) {
       Vec<T, V> v[SCALE_U];
       uint32_t k[SCALE_U], o[SCALE_U];
 #pragma unroll
