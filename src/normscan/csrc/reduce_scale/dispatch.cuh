@@ -69,9 +69,9 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
 }
 
 // Statistics shared by rows held in shared memory (reduce_scale_group_reread_kernel's HELD),
-// one a cluster of B-thread blocks: the fewest that hold a statistic's vectors, fill the GPU's
-// resident blocks, and keep its last round of clusters NORMSCAN_GROUP_HELD_BALANCE percent
-// full, where such a cluster can run: *launched tells whether they were.
+// one a cluster of B-thread blocks: the fewest that hold a statistic's vectors and fill the
+// GPU's resident blocks, where such a cluster can run: *launched tells whether they were.
+// Larger clusters to fill the last round of clusters were slower (NOTES.md).
 template <typename T, typename Op, int B, int V>
 inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
                                         bool* launched) {
@@ -83,22 +83,18 @@ inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInf
   int64_t resident = 0;
   cudaError_t err = resident_units<kernel>(dim3(B), 1, smem, &resident);
   if (err != cudaSuccess || resident == 0) return err;
-  int chosen = 0;  // the cluster taken (0: none)
   for (int cluster = 1; cluster <= (d.major < 9 ? 1 : kMaxCluster); cluster *= 2) {
     if (vectors > int64_t(cluster) * B * H || groups * cluster < resident) continue;
-    int64_t fit = resident;  // clusters resident at once (0: none can run)
     if (cluster > 1) {
+      int64_t fit = 0;  // clusters resident at once (0: none can run)
       err = resident_units<clustered>(dim3(B), cluster, smem, &fit);
-      if (err != cudaSuccess) return err;
-      if (fit == 0) break;
+      if (err != cudaSuccess || fit == 0) return err;
     }
-    chosen = cluster;
-    if (100 * groups >= NORMSCAN_GROUP_HELD_BALANCE * ceil_div(groups, fit) * fit) break;
+    *launched = true;
+    return cluster == 1 ? launch_units<kernel>(Grid::Persistent, dim3(B), 1, groups, smem, stream, a)
+                        : launch_units<clustered>(Grid::Persistent, dim3(B), cluster, groups, smem, stream, a);
   }
-  if (chosen == 0) return cudaSuccess;
-  *launched = true;
-  return chosen == 1 ? launch_units<kernel>(Grid::Persistent, dim3(B), 1, groups, smem, stream, a)
-                     : launch_units<clustered>(Grid::Persistent, dim3(B), chosen, groups, smem, stream, a);
+  return cudaSuccess;
 }
 
 // The same on blocks of kGroupHeldSmallBlock threads for statistics that fill at most

@@ -238,8 +238,7 @@ constexpr int kGroupRereadBlock = 512, kGroupRereadSmallBlock = 128;
 // Or held in shared memory (the kernel's HELD): NORMSCAN_GROUP_HELD_VECS vectors a thread
 // (0: never held) in blocks of NORMSCAN_GROUP_HELD_BLOCK threads, or of 128 for statistics of
 // at most NORMSCAN_GROUP_HELD_SMALL_BLOCKS such blocks' vectors, on the fewest of up to
-// kMaxCluster blocks (sm_90) that hold a statistic, fill the GPU and leave the last round of
-// clusters at least NORMSCAN_GROUP_HELD_BALANCE percent full (launch_group_held_of; 0: any).
+// kMaxCluster blocks (sm_90) that hold a statistic and fill the GPU (launch_group_held_of).
 // Held beside read from L2 (H200, 2026-12-02, ms; NOTES.md): fp32 (8, 1024, 64, 64) 0.114 ->
 // 0.096, (64, 64, 64, 64) 0.083 -> 0.066, (16, 256, 128, 128) 0.258 -> 0.231; bf16 (16, 256,
 // 128, 128) 0.166 -> 0.132. Blocks of 128 beside 256 for the small ones: bf16 (8, 2048, 32,
@@ -252,9 +251,6 @@ constexpr int kGroupRereadBlock = 512, kGroupRereadSmallBlock = 128;
 #endif
 #ifndef NORMSCAN_GROUP_HELD_SMALL_BLOCKS
 #define NORMSCAN_GROUP_HELD_SMALL_BLOCKS 2
-#endif
-#ifndef NORMSCAN_GROUP_HELD_BALANCE
-#define NORMSCAN_GROUP_HELD_BALANCE 0
 #endif
 constexpr int kGroupHeldBlock = NORMSCAN_GROUP_HELD_BLOCK, kGroupHeldSmallBlock = 128, kGroupHeldVecs = NORMSCAN_GROUP_HELD_VECS;
 // Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
