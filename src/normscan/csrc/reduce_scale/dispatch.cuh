@@ -72,14 +72,15 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
 // one a cluster of B-thread blocks: the fewest that hold a statistic's vectors and fill the
 // GPU's resident blocks, where such a cluster can run: *launched tells whether they were.
 // Larger clusters to fill the last round of clusters were slower (NOTES.md).
+// `vectors`: the most whole vectors a statistic has.
 template <typename T, typename Op, int B, int V>
-inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
-                                        bool* launched) {
+inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, int64_t vectors,
+                                        cudaStream_t stream, bool* launched) {
   constexpr int H = kGroupHeldVecs;
   constexpr auto kernel = reduce_scale_group_reread_kernel<T, Op, B, V, false, H>;
   constexpr auto clustered = reduce_scale_group_reread_kernel<T, Op, B, V, true, H>;
   constexpr size_t smem = size_t(B) * H * 16;
-  const int64_t groups = a.grouping.stat_groups, vectors = a.view.outer / groups * (a.view.length / V);
+  const int64_t groups = a.grouping.stat_groups;
   int64_t resident = 0;
   cudaError_t err = resident_units<kernel>(dim3(B), 1, smem, &resident);
   if (err != cudaSuccess || resident == 0) return err;
@@ -105,10 +106,10 @@ inline cudaError_t launch_group_held(const ArgsFor<T, Op>& a, const DeviceInfo& 
   if constexpr (kGroupHeldVecs > 0 && V * sizeof(T) == 16) {
     const int64_t vectors = a.view.outer / a.grouping.stat_groups * (a.view.length / V);
     if (vectors <= int64_t(NORMSCAN_GROUP_HELD_SMALL_BLOCKS) * kGroupHeldSmallBlock * kGroupHeldVecs) {
-      const cudaError_t err = launch_group_held_of<T, Op, kGroupHeldSmallBlock, V>(a, d, stream, launched);
+      const cudaError_t err = launch_group_held_of<T, Op, kGroupHeldSmallBlock, V>(a, d, vectors, stream, launched);
       if (err != cudaSuccess || *launched) return err;
     }
-    return launch_group_held_of<T, Op, kGroupHeldBlock, V>(a, d, stream, launched);
+    return launch_group_held_of<T, Op, kGroupHeldBlock, V>(a, d, vectors, stream, launched);
   }
   return cudaSuccess;
 }

@@ -312,7 +312,8 @@ template <typename T, typename Op, int BLOCK> constexpr int reread_min_blocks_of
 // 1 KB reserve with each; 228 KB a SM on sm_90, 164 KB on sm_80: the bound asks only the
 // registers that the larger allows).
 template <int BLOCK, int HELD> constexpr int group_held_min_blocks() {
-  return (228 * 1024) / (BLOCK * HELD * 16 + 1024) > 0 ? (228 * 1024) / (BLOCK * HELD * 16 + 1024) : 1;
+  constexpr int fit = (228 * 1024) / (BLOCK * HELD * 16 + 1024);
+  return fit > 0 ? fit : 1;
 }
 
 // A cluster of blocks (one block where there are no clusters) sums every row of its

@@ -252,7 +252,8 @@ constexpr int kGroupRereadBlock = 512, kGroupRereadSmallBlock = 128;
 #ifndef NORMSCAN_GROUP_HELD_SMALL_BLOCKS
 #define NORMSCAN_GROUP_HELD_SMALL_BLOCKS 2
 #endif
-constexpr int kGroupHeldBlock = NORMSCAN_GROUP_HELD_BLOCK, kGroupHeldSmallBlock = 128, kGroupHeldVecs = NORMSCAN_GROUP_HELD_VECS;
+constexpr int kGroupHeldBlock = NORMSCAN_GROUP_HELD_BLOCK, kGroupHeldSmallBlock = 128;
+constexpr int kGroupHeldVecs = NORMSCAN_GROUP_HELD_VECS;
 // Such rows, fewer than the blocks the GPU holds at once, split across blocks: as many
 // summing a row as fill the GPU (whole rows a wave: a second, part-filled wave would double
 // the time), each at least kSplitMinTiles tiles (kRereadTile's; the summing kernel walks its
