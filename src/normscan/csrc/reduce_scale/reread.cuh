@@ -316,6 +316,25 @@ template <int BLOCK, int HELD> constexpr int group_held_min_blocks() {
   return fit > 0 ? fit : 1;
 }
 
+// Vector t + k * threads of a statistic's run of rows x nvec vectors as (row, o), stepped from
+// k to k + 1 without a division: the held kernel's two 32-bit divisions a vector (and its
+// channel's, a third) were 68% of the instructions it issued, its issue slots 64% busy,
+// batch_norm fp32 (8, 1024, 64, 64) at 63% of copy on the H200 (ncu).
+struct RunPlace {
+  uint32_t nvec, row_step, o_step, row, o;
+  __device__ __forceinline__ RunPlace(uint32_t t, uint32_t threads, uint32_t nvec_)
+      : nvec(nvec_), row_step(threads / nvec_), o_step(threads - row_step * nvec_), row(t / nvec_),
+        o(t - row * nvec_) {}
+  __device__ __forceinline__ void step() {
+    o += o_step;
+    row += row_step;
+    if (o >= nvec) {
+      o -= nvec;
+      ++row;
+    }
+  }
+};
+
 // A cluster of blocks (one block where there are no clusters) sums every row of its
 // statistic, then scales them, the last vector first. The rows (sharing their alignment) are
 // walked as one run of rows x nvec vectors, the cluster's threads a stride, so that a
@@ -329,9 +348,10 @@ template <int BLOCK, int HELD> constexpr int group_held_min_blocks() {
 // HELD > 0: each thread's vectors of a statistic (vector t + k * threads in slot k < HELD of
 // its block's dynamic shared memory, so the dispatch sees that the most vectors a statistic
 // has fit) are copied in by cp.async and summed and scaled from there: x read once, from
-// DRAM, with every byte of a block's share in flight at once without registers. A slot is
-// refilled with the next statistic's vector as soon as this one's is stored (the thread reads
-// only the slots it filled), so the next statistic's loads land during this one's stores.
+// DRAM, with every byte of a block's share in flight at once without registers. The slots
+// are refilled with the next statistic's vectors as soon as this one's are stored (the thread
+// reads only the slots it filled), so the next statistic's loads land during this one's stores.
+// Vectors are found by RunPlace's steps, and a row of one channel takes its weight once.
 template <typename T, typename Op, int BLOCK, int V, bool CLUSTERED, int HELD = 0>
 __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK, HELD>()
                                                    : reread_min_blocks_of<T, Op, BLOCK>()))
@@ -357,17 +377,17 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
   const int64_t x_step = groups * a.view.x_so, y_step = groups * a.view.y_so;  // row k to k + 1
   extern __shared__ uint4 held[];  // HELD > 0: slot k of this thread at held[k * BLOCK + threadIdx.x]
   const auto slot = [&](int k) { return reinterpret_cast<Vec<T, V>*>(&held[k * BLOCK + threadIdx.x]); };
-  // Copies this thread's vector of slot k of the statistic laid out as r (if it has one).
-  const auto copy_in = [&](int k, const RereadRow<T, V>& r) {
-    const uint32_t nvec = static_cast<uint32_t>(r.s.nvec), i = t + uint32_t(k) * threads, row = i / nvec;
-    if (i < rows * nvec) cp_async16(slot(k), r.xr + r.s.head + row * x_step + int64_t(i - row * nvec) * V);
+  // Copies this thread's vectors of statistic g (those it has) into its slots.
+  const auto copy_in = [&](int64_t g) {
+    const RereadRow<T, V> r(a, g, Op{});
+    const T* xb = r.xr + r.s.head;
+    RunPlace p(t, threads, static_cast<uint32_t>(r.s.nvec));
+#pragma unroll 1  // cp.async keeps no registers: every copy is in flight unrolled or not
+    for (int k = 0; k < HELD; ++k, p.step())
+      if (p.row < rows) cp_async16(slot(k), xb + p.row * x_step + int64_t(p.o) * V);
   };
   if constexpr (HELD > 0) {
-    if (blockIdx.x / csize < groups) {
-      const RereadRow<T, V> r(a, blockIdx.x / csize, Op{});
-#pragma unroll
-      for (int k = 0; k < HELD; ++k) copy_in(k, r);
-    }
+    if (blockIdx.x / csize < groups) copy_in(blockIdx.x / csize);
   }
   int parity = 0;
   for (int64_t g = blockIdx.x / csize; g < groups; g += clusters, parity ^= 1) {
@@ -381,23 +401,32 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
       for (uint32_t k = t / edges; k < rows; k += edge_rows)
         RereadRow<T, V>(a, g + k * groups, Op{}).add_edge(acc, t % edges);
     if constexpr (HELD > 0) {
-      // A batch of the accumulator: 16 fp32 values, or 16-bit ones.
-      constexpr int HU = V >= 8 ? 2 : 4;
+      // A batch of the accumulator: 16 fp32 values, or 16-bit ones; 4 fp64 ones (at 8 its
+      // kernel spilled 4 bytes beside RunPlace's registers).
+      constexpr int HU = V == 4 ? 4 : 2;
+      static_assert(HELD % HU == 0, "whole batches of slots");
       cp_async_wait_all();
+      // Every slot filled (most threads): batches of a known count, without a test a value.
+      const auto sum_slots = [&](auto every) {
+        constexpr bool every_slot = decltype(every)::value;
 #pragma unroll
-      for (int k0 = 0; k0 < HELD; k0 += HU) {
-        A vals[HU * V];
-        int n = 0;  // the present vectors are the first ones
+        for (int k0 = 0; k0 < HELD; k0 += HU) {
+          A vals[HU * V];
+          int n = 0;  // the present vectors are the first ones
 #pragma unroll
-        for (int u = 0; u < HU; ++u)
-          if (k0 + u < HELD && t + uint32_t(k0 + u) * threads < total) {
-            const Vec<T, V> v = *slot(k0 + u);
+          for (int u = 0; u < HU; ++u)
+            if (every_slot || t + uint32_t(k0 + u) * threads < total) {
+              const Vec<T, V> v = *slot(k0 + u);
 #pragma unroll
-            for (int e = 0; e < V; ++e) vals[u * V + e] = Convert<T>::to_acc(v.v[e]);
-            n += V;
-          }
-        if (n > 0) acc.add(vals, n);
-      }
+              for (int e = 0; e < V; ++e) vals[u * V + e] = Convert<T>::to_acc(v.v[e]);
+              n += V;
+            }
+          if constexpr (every_slot) acc.add(vals, HU * V);
+          else if (n > 0) acc.add(vals, n);
+        }
+      };
+      if (t + uint32_t(HELD - 1) * threads < total) sum_slots(std::true_type{});
+      else sum_slots(std::false_type{});
     }
     for (uint32_t j = t; HELD == 0 && j < total; j += threads * SUM_U) {
       Vec<T, V> v[SUM_U];
@@ -424,18 +453,22 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
         RereadRow<T, V>(a, g + k * groups, Op{}).template scale_edge<Op>(rs, a, g + k * groups, t % edges);
     const ChannelRow<T, false> ch = first.template channels<Op, false>(a, g);  // every row's: one channel
     if constexpr (HELD > 0) {
-      const bool more = g + clusters < groups;
-      const RereadRow<T, V> next(a, more ? g + clusters : g, Op{});
+      // Stores slot by slot, y of vector o of a row by scaled(x, o); then the slots are refilled.
+      const auto store_held = [&](auto scaled) {
+        RunPlace p(t, threads, nvec);
 #pragma unroll 1  // stores need no loads in flight
-      for (int k = 0; k < HELD; ++k) {
-        const uint32_t i = t + uint32_t(k) * threads;
-        if (i < total) {
-          const uint32_t row = i / nvec, o = i - row * nvec;
-          store_vec_whole<T, V>(yb + row * y_step + int64_t(o) * V,
-                                first.template scaled<Op>(*slot(k), first.s.head + int64_t(o) * V, rs, a, ch));
-        }
-        if (more) copy_in(k, next);
+        for (int k = 0; k < HELD; ++k, p.step())
+          if (p.row < rows) store_vec_whole<T, V>(yb + p.row * y_step + int64_t(p.o) * V, scaled(*slot(k), p.o));
+      };
+      if (ch.span >= a.view.length) {  // every row one channel (batch_norm's, instance_norm's)
+        const A wc = ch.w ? Convert<T>::to_acc(ch.w[0]) : A(1), bc = ch.b ? Convert<T>::to_acc(ch.b[0]) : A(0);
+        store_held([&](const Vec<T, V>& v, uint32_t) { return scaled_in_channel<Op>(v, rs.scale, rs.shift, wc, bc); });
+      } else {
+        store_held([&](const Vec<T, V>& v, uint32_t o) {
+          return first.template scaled<Op>(v, first.s.head + int64_t(o) * V, rs, a, ch);
+        });
       }
+      if (g + clusters < groups) copy_in(g + clusters);
     }
     for (int64_t j = int64_t(total) - 1 - t; HELD == 0 && j >= 0; j -= int64_t(threads) * SCALE_U) {
       Vec<T, V> v[SCALE_U];
