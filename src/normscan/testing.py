@@ -364,10 +364,12 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
              specials=lambda x: x[:, :5].zero_())
         # Held in shared memory (the kernel's HELD: blocks of 256 threads of 16 vectors by
         # default), a channel filling its block's slots: fp32 and bf16 one block each, fp32 a
-        # cluster of 16 (sm_90).
+        # cluster of 16 (sm_90); rows of 5, whose channels alternate between one whole vector
+        # a row and none (the bf16 rows of 7 above have none).
         for shape, dtype in [((16, 400, 1024), torch.float32), ((16, 400, 2048), torch.bfloat16),
                              ((256, 40, 1024), torch.float32)]:
             case(f"held slots full {shape} {_dt(dtype)}", shape, shape[1], dtype)
+        case("held, some channels without a whole vector (4, 800, 5)", (4, 800, 5), 800)
         # A cluster of 2, 4 or 8 blocks a channel (sm_90; one block, or the split kernels,
         # elsewhere): fewer channels than the GPU has SMs, or 16-bit ones too big for one
         # block's share of L2 (140 of 512 KB); more rows than a cluster has threads for edges

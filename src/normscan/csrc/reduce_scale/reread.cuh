@@ -316,10 +316,10 @@ template <int BLOCK, int HELD> constexpr int group_held_min_blocks() {
   return fit > 0 ? fit : 1;
 }
 
-// Vector t + k * threads of a statistic's run of rows x nvec vectors as (row, o), stepped from
-// k to k + 1 without a division: the held kernel's two 32-bit divisions a vector (and its
-// channel's, a third) were 68% of the instructions it issued, its issue slots 64% busy,
-// batch_norm fp32 (8, 1024, 64, 64) at 63% of copy on the H200 (ncu).
+// Vector t + k * threads of a statistic's run of rows x nvec vectors (nvec > 0) as (row, o),
+// stepped from k to k + 1 without a division: the held kernel's store loop, two 32-bit
+// divisions a vector and its channel's a third, issued 68% of its instructions, its issue
+// slots 64% busy, batch_norm fp32 (8, 1024, 64, 64) at 63% of copy on the H200 (ncu).
 struct RunPlace {
   uint32_t nvec, row_step, o_step, row, o;
   __device__ __forceinline__ RunPlace(uint32_t t, uint32_t threads, uint32_t nvec_)
@@ -380,6 +380,7 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
   // Copies this thread's vectors of statistic g (those it has) into its slots.
   const auto copy_in = [&](int64_t g) {
     const RereadRow<T, V> r(a, g, Op{});
+    if (r.s.nvec == 0) return;  // rows shorter than their edges (bf16 rows of 7)
     const T* xb = r.xr + r.s.head;
     RunPlace p(t, threads, static_cast<uint32_t>(r.s.nvec));
 #pragma unroll 1  // cp.async keeps no registers: every copy is in flight unrolled or not
@@ -455,6 +456,7 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
     if constexpr (HELD > 0) {
       // Stores slot by slot, y of vector o of a row by scaled(x, o); then the slots are refilled.
       const auto store_held = [&](auto scaled) {
+        if (nvec == 0) return;
         RunPlace p(t, threads, nvec);
 #pragma unroll 1  // stores need no loads in flight
         for (int k = 0; k < HELD; ++k, p.step())
