@@ -140,7 +140,8 @@ def test_extension_compiles_for_sm80_and_sm90_without_spills(extension, tmp_path
     """Device code only (--fatbin): each arch's pass parses the whole source, host code and the
     dispatchers' templates too (the kernels they launch are what it instantiates), but the
     host compiler's pass over the result is left out, a third of the check's time (NOTES.md,
-    "Building"); test_build.py's load_inline build and kernel_bench.cu's check take that pass."""
+    "Building"); test_build.py's load_inline build and kernel_bench.cu's check take that pass.
+    The STORED_WHOLE kernels' stores are checked in the sm_90 PTX this build keeps."""
     src = tmp_path / f"{extension}.cu"
     src.write_text(_build.extension_source(extension))
     keep = tmp_path / "keep"  # nvcc's intermediate files: each arch's PTX for the stores' check
