@@ -57,6 +57,12 @@ CASES = {
                                                (64, 64, 64, 64), "float32"),
     "layer_norm held fp32 (16, 64, 256, 256)": ("normscan.layer_norm(x, (64, 256, 256))", (16, 64, 256, 256),
                                                 "float32"),
+    # layer_norm + w's rows of 1024 (#20: 87-95% of copy on the H200) beside rms_norm + w's
+    # (the same kernel, 99-100%).
+    "layer_norm+w rows bf16 (65536, 1024)": ("normscan.layer_norm(x, (1024,), weight=w)", (65536, 1024), "bfloat16"),
+    "rms+w rows bf16 (65536, 1024)": ("normscan.rms_norm(x, 1, weight=w)", (65536, 1024), "bfloat16"),
+    "layer_norm+w rows fp32 (65536, 1024)": ("normscan.layer_norm(x, (1024,), weight=w)", (65536, 1024), "float32"),
+    "rms+w rows fp32 (65536, 1024)": ("normscan.rms_norm(x, 1, weight=w)", (65536, 1024), "float32"),
     # Backward (#19): the forward once more under the profiler, then the backward's kernels.
     "backward layer_norm+w bf16 (8192, 32768)": (BACKWARD.format(call="normscan.layer_norm(x, (32768,), weight=w)"),
                                                  (8192, 32768), "bfloat16"),
