@@ -17,6 +17,19 @@ namespace normscan {
 namespace cg = cooperative_groups;
 #endif
 
+// The architectures a kernel's configuration is launched on. Its code is left out of the
+// others' builds (the kernel returns at once there): ptxas's time and the binary's size.
+enum class LaunchedOn { kEvery, kSm90On, kBeforeSm90 };
+__host__ __device__ constexpr bool built_here(LaunchedOn where) {
+#if defined(NORMSCAN_CLUSTERS)
+  return where != LaunchedOn::kBeforeSm90;
+#elif defined(__CUDA_ARCH__)
+  return where != LaunchedOn::kSm90On;
+#else
+  return true;
+#endif
+}
+
 // This block's place in its thread-block cluster: .x the cluster's size, .y the block's
 // rank (1 and 0 where there are no clusters).
 __device__ __forceinline__ int2 cluster_place() {

@@ -358,6 +358,7 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
     reduce_scale_group_reread_kernel(ArgsFor<T, Op> a) {
   static_assert(Op::kGrouped, "rows share statistics only in a grouped op");
   static_assert(HELD == 0 || V * sizeof(T) == 16, "held slots of 16-byte vectors");
+  if constexpr (!built_here(CLUSTERED ? LaunchedOn::kSm90On : LaunchedOn::kEvery)) return;  // launched on clusters
   using A = acc_t<T>;
   using Stat = RowStat<Op, A>;
   // The summing pass's loads in flight a thread: fp32's as the split summing kernel's, the

@@ -24,15 +24,16 @@
 namespace normscan {
 
 // A strided kernel's shape (the letters of the kernel's comment); MINB resident blocks a SM
-// asked of the compiler; SM90_ONLY: launched on sm_90 and later only, its code left out of
-// older architectures' builds; CLUSTERED: launched on clusters (launch_strided_cluster), the
-// only ones that keep the cluster's column sums. tuning.cuh names the ones used.
-template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB, bool SM90_ONLY = false,
+// asked of the compiler; ON: the architectures it is launched on (its code left out of the
+// others'); CLUSTERED: launched on clusters (launch_strided_cluster), the only ones that keep
+// the cluster's column sums. tuning.cuh names the ones used.
+template <int BX, int BY, int ITEMS, bool IN_REGS, int CPT, int VI, int MINB, LaunchedOn ON = LaunchedOn::kEvery,
           bool CLUSTERED = false>
 struct StridedConfig {
   static_assert(!CLUSTERED || (IN_REGS && BY > 1), "a cluster's blocks hold their columns' parts");
   static constexpr int kBx = BX, kBy = BY, kItems = ITEMS, kCpt = CPT, kVi = VI, kMinBlocks = MINB;
-  static constexpr bool kInRegs = IN_REGS, kSm90Only = SM90_ONLY, kClustered = CLUSTERED;
+  static constexpr bool kInRegs = IN_REGS, kClustered = CLUSTERED;
+  static constexpr LaunchedOn kLaunchedOn = ON;
   static constexpr int kThreads = BX * BY;
   static constexpr int kTile = BX * CPT * VI;  // positions along inner per tile
   static constexpr int64_t kHeld = int64_t(BY) * ITEMS;  // positions of the reduced dim a block holds (IN_REGS)
@@ -47,9 +48,7 @@ struct StridedConfig {
 template <typename T, typename Op, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlocks))) reduce_scale_strided_kernel(
     ArgsFor<T, Op> a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (Cfg::kSm90Only) return;
-#endif
+  if constexpr (!built_here(Cfg::kLaunchedOn)) return;
   constexpr int BX = Cfg::kBx, BY = Cfg::kBy, ITEMS = Cfg::kItems, CPT = Cfg::kCpt, VI = Cfg::kVi;
   constexpr bool IN_REGS = Cfg::kInRegs;
   using A = acc_t<T>;

@@ -388,7 +388,8 @@ template <typename T> using StridedVecMedium = StridedConfig<NORMSCAN_STRIDED_VE
 // sm_90 only: on sm_80 these kernels spilled 44-388 bytes. Blocks of 8 x 32 threads of 8
 // vectors (three a SM) and 4 x 64 of 4 (four), H100 (2026-11-27, tools/tune.py, 3 rounds):
 // fp32 0.180 -> 0.184 / 0.192 (best rounds), bf16 0.090 -> 0.092 / 0.096.
-template <typename T> using StridedVecTall = StridedConfig<16, 16, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
+template <typename T>
+using StridedVecTall = StridedConfig<16, 16, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, LaunchedOn::kSm90On>;
 // Columns of 257-1024 in one block of 4 x 64 threads (a position's 64 bytes a tile; 64 KB of
 // x in flight, two blocks a SM), no cluster. Against clusters of up to 8 blocks of 16 x 8
 // threads (32 x 8 for fp32 softmaxes) pushing column sums to each other, H100 (2026-11-27):
@@ -401,11 +402,13 @@ template <typename T> using StridedVecTall = StridedConfig<16, 16, 16, true, 1, 
 // other at each tile's barrier (NOTES.md, "The channel RMSNorm's stores"). A position's 32
 // bytes a tile instead, 2 x 128 threads of 8 vectors (three blocks a SM) or 2 x 64 of 16
 // (four): (8, 1024, 64, 64) bf16 0.051 -> 0.059 / 0.061, fp32 0.100 -> 0.114 / 0.115.
-template <typename T> using StridedVecTaller = StridedConfig<4, 64, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, true>;
+template <typename T>
+using StridedVecTaller = StridedConfig<4, 64, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, LaunchedOn::kSm90On>;
 // Columns of 65-128 where the tall blocks are not built (before sm_90): one block of 16 x 8
 // threads, 32- and 64-bit types (16-bit ones spilled 52 bytes on sm_80 and take the scalar
 // kernels there).
-template <typename T> using StridedVecPreSm90 = StridedConfig<16, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
+template <typename T>
+using StridedVecPreSm90 = StridedConfig<16, 8, 16, true, 1, vec16<T>(), NORMSCAN_STRIDED_MINB, LaunchedOn::kBeforeSm90>;
 // Scalar columns (odd inner, unaligned): items held per thread in 32-bit registers' worth
 // (doubles take two). Short columns take several per thread, so that a thread keeps up to
 // 64 values in flight.
@@ -416,7 +419,7 @@ using StridedFew = StridedConfig<NORMSCAN_STRIDED_BX, 1, 4 / kStridedRegs<T>, tr
                                  1, NORMSCAN_STRIDED_MINB>;
 template <typename T> using StridedShort = StridedConfig<NORMSCAN_STRIDED_BX, 1, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB>;
 template <typename T>
-using StridedCluster = StridedConfig<32, 8, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB, false, true>;
+using StridedCluster = StridedConfig<32, 8, 64 / kStridedRegs<T>, true, 1, 1, NORMSCAN_STRIDED_MINB, LaunchedOn::kEvery, true>;
 // Longer columns are read twice (the second time partly from L2).
 template <typename T> using StridedVecReread = StridedConfig<32, 8, 1, false, 1, vec16<T>(), NORMSCAN_STRIDED_MINB>;
 using StridedReread = StridedConfig<32, 32, 1, false, 1, 1, 1>;
