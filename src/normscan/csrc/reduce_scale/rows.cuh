@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       });
     };
     A shift = A(0), sum;
-    A held_shift = A(0);  // the shift of the held values (IN_PLACE: relative to the pilot)
+    A held_mean = A(0);  // IN_PLACE: the mean of the held values (x - pilot)
     if constexpr (SHIFTED) {
       // This thread's maximum and sum of map(x - maximum), then the row's (one reduction).
       MaxSum<A> stat{fold_with(MaxOp{}, MaxOp::identity<A>(), [](A v) { return v; },
@@ -257,31 +257,29 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
             const int count = held_count();
             const A n = A(count), mean = count > 0 ? ratio(s.a, n) : A(0);
             return MeanM2<A>{n, first + mean, max(A(0), s.b - s.a * mean)};
-          } else if constexpr (IN_PLACE) {
-            // The held values less the pilot, in place (u = x - pilot): then the mean of u and
-            // u's squared deviations from it, and y from u, one subtraction an element fewer
-            // in each pass (fp32 rows of 4096 1% faster, tools/tune.py, H200: NOTES.md).
-#pragma unroll
-            for (int k = 0; k < NV; ++k)
-              if (has(cur, k)) {
-#pragma unroll
-                for (int i = 0; i < V; ++i) buf[k].v[i] -= pilot;
-              }
-            if (cur.edge_count > 0) {
-#pragma unroll
-              for (int i = 0; i < V; ++i)
-                if (i < cur.edge_count) edge.v[i] -= pilot;
-            }
-            const A total = fold(SumOp{}, A(0), [](A v) { return v; });
-            const int count = held_count();
-            const A n = A(count), mean = count > 0 ? ratio(total, n) : A(0);
-            return MeanM2<A>{n, mean, fold(SumOp{}, A(0), [&](A v) { return Op::map(v - mean); })};
           } else {
-            // The mean first, then the squared deviations from it (exact, two passes).
-            const A total = fold(SumOp{}, A(0), [&](A v) { return v - pilot; });
+            // The mean first, then the squared deviations from it (exact, two passes). IN_PLACE:
+            // the held values less the pilot first, in place (u = x - pilot), so that these
+            // passes and y take one subtraction an element fewer (fp32 rows of 4096 1% faster,
+            // tools/tune.py, H200: NOTES.md).
+            if constexpr (IN_PLACE) {
+#pragma unroll
+              for (int k = 0; k < NV; ++k)
+                if (has(cur, k)) {
+#pragma unroll
+                  for (int i = 0; i < V; ++i) buf[k].v[i] -= pilot;
+                }
+              if (cur.edge_count > 0) {
+#pragma unroll
+                for (int i = 0; i < V; ++i)
+                  if (i < cur.edge_count) edge.v[i] -= pilot;
+              }
+            }
+            const A held_pilot = IN_PLACE ? A(0) : pilot;  // what the held values are less of
+            const A total = fold(SumOp{}, A(0), [&](A v) { return v - held_pilot; });
             const int count = held_count();
             const A n = A(count), mean = count > 0 ? ratio(total, n) : A(0);
-            return MeanM2<A>{n, mean, fold(SumOp{}, A(0), [&](A v) { return Op::map(v - pilot - mean); })};
+            return MeanM2<A>{n, mean, fold(SumOp{}, A(0), [&](A v) { return Op::map(v - held_pilot - mean); })};
           }
         }();
         m = block_group_reduce<MeanM2Op, WARPS_PER_ROW>(m, warp_m2[parity], group * WARPS_PER_ROW, me);
@@ -289,7 +287,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
         if (csize > 1) m = cluster_reduce<MeanM2Op>(m, &cta_m2[parity], csize);
 #endif
         shift = pilot + m.mean;
-        if constexpr (IN_PLACE) held_shift = m.mean;
+        held_mean = m.mean;
         sum = m.m2;
       } else if constexpr (CENTERED) {
         // A grouped op's rows (their channels' weight and bias beside): the row's sum first,
@@ -316,6 +314,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
     }
     const A scale = Op::scale(sum, a.view.length, a.eps);
+    const A held_shift = IN_PLACE ? held_mean : shift;  // the shift of the values as held
     if constexpr (kWritesStats<Op>) {
       if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a, cur.row, RowScale<A>{scale, shift}, sum);
     }
@@ -342,7 +341,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       }
       A v[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = scaled_value<Op>(x.v[i], scale, IN_PLACE ? held_shift : shift);
+      for (int i = 0; i < V; ++i) v[i] = scaled_value<Op>(x.v[i], scale, held_shift);
       if (w_vec) {
         VT wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
@@ -394,7 +393,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
         if (i < cur.edge_count) {
           const int l = cur.edge_start + i;
           if constexpr (Op::kGrouped) cur.y[l] = ch.template scale<Op>(edge.v[i], scale, shift, l);
-          else cur.y[l] = scale_one<Op>(edge.v[i], scale, IN_PLACE ? held_shift : shift, w, b, l);
+          else cur.y[l] = scale_one<Op>(edge.v[i], scale, held_shift, w, b, l);
         }
     }
   }
