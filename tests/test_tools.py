@@ -184,3 +184,31 @@ def test_device_check_parses_and_names_every_step_in_its_usage():
     for pattern in re.findall(r"^ +([a-z|]+)\)", text, re.M):
         cased |= set(pattern.split("|"))
     assert usage == cased, (usage ^ cased)
+
+
+def test_kernel_coverage_matches_launched_kernels_to_the_built_ones(tmp_path):
+    """tools/kernel_coverage.py: a build's kernels are the entry functions of `cuobjdump -symbols`,
+    demangled as the profiler names them; a kernel is keyed by its name and template arguments
+    (the parameter list dropped, parentheses in the arguments kept), and each built one is
+    launched or listed as never launched, counted by its template."""
+    import kernel_coverage as kc
+
+    # cuobjdump 13.1's -symbols of a build of two such kernels (sm_90)
+    symbols = ("\nFatbin elf code:\n================\narch = sm_90\n\nsymbols:\n"
+               "STT_OBJECT       STB_WEAK   STV_DEFAULT  U .nv.reservedSmem.offset0\n"
+               "STT_FUNC         STB_GLOBAL STO_ENTRY      "
+               "_ZN8normscan16scan_slab_kernelIfNS_5SumOpELi2ELNS_8SlabCopyE0ENS_3CfgILi256ELi5ELl64EEEEEvPT_l\n"
+               "STT_FUNC         STB_GLOBAL STV_DEFAULT    _Z6helperv\n")
+    (mangled,) = kc.entry_kernels(symbols)
+    slab = "void normscan::scan_slab_kernel<float, normscan::SumOp, 2, (normscan::SlabCopy)0, normscan::Cfg<256, 5, 64l> >"
+    assert kc.demangle(mangled) == slab + "(float*, long)"
+    rows = "void normscan::reduce_scale_rows_kernel<float, normscan::L2NormOp, normscan::RowsConfig<256, 32, 4, 0, 4> >"
+    assert kc.kernel_key(rows + "(normscan::ReduceScaleArgs<float>)") == rows
+    assert kc.kernel_key(slab + "(float*, long)") == slab
+    assert kc.template_of(rows) == "reduce_scale_rows_kernel"
+    (tmp_path / "launched-1.txt").write_text(f"3\t{rows}(normscan::ReduceScaleArgs<float>)\n1\tMemset (Device)\n")
+    (tmp_path / "launched-2.txt").write_text("")
+    launched = kc.launched_keys([tmp_path])
+    never, lines = kc.coverage({"reduce_scale L2NormOp": [rows + "(args)"], "scan SumOp": [slab + "(args)"]}, launched)
+    assert never == [("scan SumOp", slab)]
+    assert lines == ["reduce_scale_rows_kernel: 1 of 1 launched", "scan_slab_kernel: 0 of 1 launched"]

@@ -2,7 +2,7 @@
 # On a GPU machine, from a checkout: build, GPU tests, the main job, the sweeps, and probes.
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
-# Usage: tools/device-check.sh OUTDIR [tests|cases|export|huge|bench|sweep|training|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify]...
+# Usage: tools/device-check.sh OUTDIR [tests|cases|export|huge|bench|sweep|training|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify|coverage]...
 #   (default steps: tests cases export bench)
 #   tests: every test but test_kernels.py's cases (the step cases), test_export.py (the
 #   step export), the >2**31-element cases and the nvcc compile checks (CI runs those), in
@@ -25,6 +25,9 @@
 #   kernels: tools/kernel_bench.cu (the kernels alone, beside a 16-byte copy); overhead:
 #   tools/overhead.py (host time of an eager call beside PyTorch's op); verify:
 #   `normscan verify`, every case including the >2**31-element ones.
+#   coverage: the steps tests and cases together under tools/kernel_coverage.py's profiler
+#   (but the one test that takes the profiler itself), then its report: which kernels of the
+#   builds no test launched ($dir/coverage/never-launched.txt, coverage.txt by template).
 # Seen on an H100: every op's build side by side ~60 s, cases 17 s, sanitize ~4.5 min (1210 cases a tool then; 2971 now), bench
 # and the two sweeps with the peers ~4 min together, their install included (2026-11-25);
 # huge 3 min (2026-11-26).
@@ -64,6 +67,12 @@ for step in $steps; do
                 | tee "$dir/training.log" | tail -45 || status=1 ;;
     cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --durations=15 tests/test_kernels.py \
              tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
+    coverage) rm -rf "$dir/coverage"
+              NORMSCAN_COVERAGE_OUT=$dir/coverage NORMSCAN_TEST_HUGE=0 PYTHONPATH=$PWD/tools:$PYTHONPATH python3 -m pytest -q \
+                -rs -n 8 --dist loadgroup -p kernel_coverage tests --ignore=tests/test_csrc.py --ignore=tests/test_export.py \
+                -k "not test_batch_norm_channels_go_one_a_block" -p no:cacheprovider > "$dir/coverage.log" 2>&1 || status=1
+              tail -3 "$dir/coverage.log"
+              python3 tools/kernel_coverage.py "$dir/coverage" || status=1 ;;
     tune) wait; python3 tools/tune.py "${variants[@]}" 2>&1 | tee "$dir/tune.log" | tail -60 || status=1 ;;
     ncu) python3 tools/ncu_probe.py "$dir" 2>&1 | tail -40 || status=1 ;;
     sanitize|memcheck|racecheck)

@@ -226,12 +226,16 @@ def _name(extension: str, op: int, source: str, capability: tuple[int, int]) -> 
     return f"normscan_{extension}_{functor_of(extension, op)}_{key}"
 
 
+def build_folder(extension: str, op: int) -> Path:
+    """The cache folder of this extension's build of this op for this device, sources and
+    toolchain (built where it holds a file COMPLETE)."""
+    return cache_dir() / _name(extension, op, extension_source(extension), arch())
+
+
 def is_built(extension: str, op: int) -> bool:
     """Whether this extension's build of this op for this device, sources and toolchain is in
     the cache."""
-    if not torch.cuda.is_available():
-        return False
-    return (cache_dir() / _name(extension, op, extension_source(extension), arch()) / "COMPLETE").exists()
+    return torch.cuda.is_available() and (build_folder(extension, op) / "COMPLETE").exists()
 
 
 def _compile(name: str, extension: str, op: int, source: str, capability: tuple[int, int],
