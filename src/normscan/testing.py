@@ -33,6 +33,14 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 LONG_VALUES = {"near1": "walk"}
 
 
+def _of_dtype(shapes: list, dtype: torch.dtype, quick: bool, quick_part: slice = slice(None, None, 2)) -> list:
+    """Every shape in every dtype: each dtype has kernels of its own (every configuration is
+    instantiated for each), so a shape left out of a dtype leaves its kernel there unlaunched
+    (tools/kernel_coverage.py lists those); quick: `quick_part` of them (every other one)
+    beside float32."""
+    return shapes if dtype == torch.float32 or not quick else shapes[quick_part]
+
+
 @dataclass
 class Case:
     name: str
@@ -150,6 +158,7 @@ STRIDED = [((2, 40000, 8), 1), ((2, 64, 6, 16), 1), ((2, 3, 40, 41), 1), ((2, 20
            ((2, 16, 12, 8), 1), ((2, 128, 4, 8), 1), ((2, 700, 2, 8), 1), ((2, 1024, 4, 8), 1), ((2, 64, 33, 17), 1),
            ((2, 3000, 3, 5), 1), ((2, 5000, 3, 8), 1), ((2, 4500, 3, 5), 1), ((3, 30001, 3), 1), ((3, 5, 7, 9), 0),
            ((3, 5, 7, 9), 2), ((3, 5, 7, 9), -1)]
+STRIDED_QUICK = slice(9)  # a quick run's in dtypes other than float32: the first, the 16-byte vectors' among them
 # Slabs (csrc/scan/slab.cuh, csrc/reduce_scale/slab.cuh), every op over dim 1: 2 to 128
 # columns beside the dim, each dtype's column slots (2, 4 or 8 a vector) and vectors a
 # position (1 to 32), slabs of one to 125 scan tiles, the last partly full; a slab apart from
@@ -296,7 +305,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                         groups if grouped_by else None, kwargs, **kw))
     shapes = CHANNEL_SHAPES + ([] if quick else LONG_CHANNEL_SHAPES)
     for dtype in DTYPES:
-        for shape, groups in shapes if dtype == torch.float32 else shapes[::2]:
+        for shape, groups in _of_dtype(shapes, dtype, quick):
             case(f"{shape} groups={groups} {_dt(dtype)}" if grouped_by else f"{shape} {_dt(dtype)}", shape, groups,
                  dtype)
     for vname in CHANNEL_VIEWS:
@@ -404,7 +413,7 @@ def _whole_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     out: list[Case] = []
     shapes = WHOLE_SHAPES + ([] if quick else LONG_WHOLE_SHAPES)
     for dtype in DTYPES:
-        for shape in shapes if dtype == torch.float32 else dict.fromkeys(shapes[::2] + shapes[-1:]):
+        for shape in _of_dtype(shapes, dtype, quick):
             out.append(Case(f"{op} {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), None))
     for vname, (v, shape, _) in VIEWS.items():
         out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), None))
@@ -421,6 +430,19 @@ def _whole_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     return out
 
 
+def _read_twice_rows(dist: str) -> list[tuple[str, int, Callable, torch.dtype]]:
+    """(name, row length, make, dtype) of rows read twice, in every dtype: one longer than the
+    GPU's blocks hold (2**24: past the held kernels' parts, 2 a resident block), split
+    across blocks in 16-byte vectors (reread.cuh's split kernels); and rows aligned unlike
+    y's, a scalar a load."""
+    out = []
+    for dtype in DTYPES:
+        out.append(("row read twice (1, 2**24)", 1 << 24, maker((1, 1 << 24), dtype, dist), dtype))
+        out.append(("rows read twice, offset (2, 2**21)", 1 << 21,
+                    maker(((1 << 22) + 1,), dtype, dist, view=lambda x: x[1:].view(2, 1 << 21)), dtype))
+    return out
+
+
 def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     """layer_norm's: normalized_shape of one to three last dims, on rows, strided last dims
     (each STRIDED dim moved last), views, weight and bias, special values."""
@@ -434,14 +456,18 @@ def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                         tuple(probe.shape[probe.dim() - k:]), **kw))
     row_shapes = ROW_SHAPES + ([] if quick else LONG_ROW_SHAPES)
     for dtype in DTYPES:
-        for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
+        for shape in _of_dtype(row_shapes, dtype, quick):
             case(f"rows {shape} {_dt(dtype)}", shape, 1, dtype)
-        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:9]:
+        for shape, dim in _of_dtype(STRIDED, dtype, quick, STRIDED_QUICK):
             case(f"{shape} dim {dim} last {_dt(dtype)}", shape, 1, dtype, view=lambda x, d=dim: x.movedim(d, -1))
     for shape, k in [((4, 6, 7), 2), ((2, 3, 4, 5), 3), ((3, 5), 2), ((2, 8, 33, 65), 2)]:
         case(f"{shape} last {k} dims", shape, k)
     for vname, (v, shape, _) in VIEWS.items():
         case(vname, shape, 1, view=v)
+        for dtype in () if quick else DTYPES[1:]:
+            case(f"{vname} {_dt(dtype)}", shape, 1, dtype, view=v)
+    if not quick:
+        out += [Case(f"{op} {name} {_dt(dtype)}", op, make, (n,)) for name, n, make, dtype in _read_twice_rows(dist)]
     case("unfoldable, last 2 dims", (2, 3, 4, 9), 2, view=VIEWS["unfoldable"][0])
     case("channels_last, last 3 dims", (2, 6, 7, 40), 3, view=VIEWS["channels_last"][0])
     for d in ["uniform", "mixed", "large", "tiny"]:
@@ -476,6 +502,11 @@ def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     return out
 
 
+def _twins_16bit(shapes: list[tuple[tuple, torch.dtype]]) -> list[tuple[tuple, torch.dtype]]:
+    """The 16-bit (shape, dtype) pairs in the other 16-bit dtype: its kernels are its own."""
+    return [(s, torch.bfloat16 if d == torch.float16 else torch.float16) for s, d in shapes if d.itemsize == 2]
+
+
 def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     op, dist = spec.name, spec.values
     long_dist = LONG_VALUES.get(dist, dist)
@@ -483,12 +514,12 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     out: list[Case] = []
     row_shapes = ROW_SHAPES + ([] if quick else LONG_ROW_SHAPES)
     for dtype in DTYPES:
-        for shape in row_shapes if dtype == torch.float32 else row_shapes[::2]:
+        for shape in _of_dtype(row_shapes, dtype, quick):
             out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
         if not quick:  # the longest rows one block holds: 4096 16-byte vectors
             shape = (3, 4096 * 16 // dtype.itemsize)
             out.append(Case(f"{op} rows {shape} {_dt(dtype)}", op, maker(shape, dtype, dist), -1))
-        for shape, dim in STRIDED if dtype == torch.float32 else STRIDED[:9]:
+        for shape, dim in _of_dtype(STRIDED, dtype, quick, STRIDED_QUICK):
             out.append(Case(f"{op} {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype, dist), dim))
             # The same columns apart, stepped and wide, where the contiguous ones go to slabs.
             for name, base, view in _column_variants(shape, dim):
@@ -498,6 +529,10 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     out.append(Case(f"{op} (200, 100, 64) dim=1", op, maker((200, 100, 64), torch.float32, dist), 1))
     for vname, (v, shape, dim) in VIEWS.items():
         out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), dim))
+        for dtype in () if quick else DTYPES[1:]:  # rows aligned unlike y's ("offset"): read twice
+            out.append(Case(f"{op} {vname} {_dt(dtype)}", op, maker(shape, dtype, dist, view=v), dim))
+    if not (quick or is_scan):
+        out += [Case(f"{op} {name} {_dt(dtype)}", op, make, 1) for name, _, make, dtype in _read_twice_rows(dist)]
     for d in ["uniform", "mixed"] if is_scan else ["uniform", "mixed", "large", "tiny"]:
         out.append(Case(f"{op} {d} (64, 4099)", op, maker((64, 4099), torch.float32, d), 1))
     out.append(Case(f"{op} zero row", op, maker((4, 515), torch.float32, dist, specials=_zero_row), 1))
@@ -536,11 +571,11 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             out.append(Case(f"{op} {_dt(dtype)} mask (2, 40000, 8) dim=1 columns apart", op,
                             maker((2, 40000, 16), dtype, dist, view=lambda x: x[..., :8]), 1, float_mask=True))
     slabs = SLAB_SHAPES + SHORT_SLAB_SHAPES + ODD_SLAB_SHAPES + LONG_SLAB_SHAPES + WIDE_SLAB_SHAPES + MANY_SLAB_SHAPES
-    for shape, dtype in slabs:
+    for shape, dtype in slabs + ([] if quick else _twins_16bit(slabs)):
         out.append(Case(f"{op} slabs {shape} dim=1 {_dt(dtype)}", op, maker(shape, dtype, dist), 1))
     # The same slabs' columns apart and stepped (the scans gather them, the reduce-scale ops
     # read single elements), and slabs contiguous from an unaligned start (gathered too).
-    for shape, dtype in SLAB_SHAPES:
+    for shape, dtype in SLAB_SHAPES + ([] if quick else _twins_16bit(SLAB_SHAPES)):
         for name, base, view in _column_variants(shape, 1)[:2]:
             out.append(Case(f"{op} slabs {shape} dim=1 {name} {_dt(dtype)}", op, maker(base, dtype, dist, view=view), 1))
     for shape, dtype in [((3, 5000, 2), torch.float32), ((2, 3001, 4), torch.bfloat16), ((2, 1000, 16), torch.float64)]:
