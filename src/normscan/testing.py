@@ -529,7 +529,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     out.append(Case(f"{op} (200, 100, 64) dim=1", op, maker((200, 100, 64), torch.float32, dist), 1))
     for vname, (v, shape, dim) in VIEWS.items():
         out.append(Case(f"{op} {vname}", op, maker(shape, torch.float32, dist, view=v), dim))
-        for dtype in () if quick else DTYPES[1:]:  # rows aligned unlike y's ("offset"): read twice
+        for dtype in () if quick else DTYPES[1:]:  # every view in every dtype ("offset": rows read twice)
             out.append(Case(f"{op} {vname} {_dt(dtype)}", op, maker(shape, dtype, dist, view=v), dim))
     if not (quick or is_scan):
         out += [Case(f"{op} {name} {_dt(dtype)}", op, make, 1) for name, _, make, dtype in _read_twice_rows(dist)]
