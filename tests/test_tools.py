@@ -209,6 +209,7 @@ def test_kernel_coverage_matches_launched_kernels_to_the_built_ones(tmp_path):
     (tmp_path / "launched-1.txt").write_text(f"3\t{rows}(normscan::ReduceScaleArgs<float>)\n1\tMemset (Device)\n")
     (tmp_path / "launched-2.txt").write_text("")
     launched = kc.launched_keys([tmp_path])
-    never, lines = kc.coverage({"reduce_scale L2NormOp": [rows + "(args)"], "scan SumOp": [slab + "(args)"]}, launched)
-    assert never == [("scan SumOp", slab)]
+    never, lines, total = kc.coverage({"reduce_scale L2NormOp": [rows + "(args)", rows + "(args)"],
+                                       "scan SumOp": [slab + "(args)"]}, launched)
+    assert never == [("scan SumOp", slab)] and total == 2
     assert lines == ["reduce_scale_rows_kernel: 1 of 1 launched", "scan_slab_kernel: 0 of 1 launched"]

@@ -79,9 +79,10 @@ def launched_keys(dirs: list[Path]) -> set[str]:
     return keys
 
 
-def coverage(built: dict[str, list[str]], launched: set[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """(never launched, as (build, key)), and one line a kernel template: how many of its
-    instantiations were launched. built: build -> its kernels' demangled names."""
+def coverage(built: dict[str, list[str]], launched: set[str]) -> tuple[list[tuple[str, str]], list[str], int]:
+    """(never launched, as (build, key)), one line a kernel template: how many of its
+    instantiations were launched, and the kernels in all. built: build -> its kernels'
+    demangled names."""
     never, by_template = [], collections.defaultdict(lambda: [0, 0])
     for build, names in sorted(built.items()):
         for key in sorted({kernel_key(n) for n in names}):
@@ -92,7 +93,7 @@ def coverage(built: dict[str, list[str]], launched: set[str]) -> tuple[list[tupl
             else:
                 never.append((build, key))
     lines = [f"{t}: {ran} of {n} launched" for t, (ran, n) in sorted(by_template.items())]
-    return never, lines
+    return never, lines, sum(n for _, n in by_template.values())
 
 
 def entry_kernels(symbols: str) -> list[str]:
@@ -161,8 +162,7 @@ def main(argv: list[str]) -> int:
 
         sys.exit(f"kernel_coverage: no build of today's sources for this device under {_build.cache_dir()} "
                  "(NORMSCAN_CACHE_DIR): build them first (the tests do)")
-    never, lines = coverage(built, launched)
-    total = sum(len({kernel_key(n) for n in names}) for names in built.values())
+    never, lines, total = coverage(built, launched)
     (dirs[0] / "never-launched.txt").write_text("".join(f"{b}\t{k}\n" for b, k in never))
     summary = [f"{total - len(never)} of {total} kernels launched ({len(built)} builds)"]
     summary += [f"not built, so not counted: {', '.join(missing)}"] if missing else []
