@@ -37,7 +37,7 @@ LONG_VECS = 8 * 512 * 8  # vectors the long rows' cluster holds (csrc/reduce_sca
 
 
 def _given(spec, shape, dtype):
-    """eps, and a weight and bias of `shape` (the reduced dims') where the op takes them."""
+    """eps, and a weight and bias of `shape` (the reduced dims') and `dtype` where the op takes them."""
     given = {"eps": 1e-5, "weight": (torch.rand(shape, device="cuda") + 0.5).to(dtype),
              "bias": torch.randn(shape, device="cuda").to(dtype)}
     return {k: v for k, v in given.items() if spec.takes(k)}
@@ -98,10 +98,11 @@ def _draw(spec, ours, x, g, dim, given):
 def _check(spec, draw, dtype, label):
     for o, t, e, what in zip(*draw, ("dx", "dw", "db")):
         error, mismatch = testing.rel_error(o, e)
-        # Lower precision: twice PyTorch's own error; float64 (whose exact reference is
-        # itself float64): the forward's float64 bound.
+        assert o.dtype == t.dtype, (spec.name, what, o.dtype, t.dtype)  # PyTorch's: a gradient in its input's dtype
+        # Lower precision: twice PyTorch's own error (at least twice the gradient's dtype's
+        # rounding); float64 (whose exact reference is itself float64): the forward's bound.
         bound = testing.NORM_BOUNDS[torch.float64] if dtype == torch.float64 else \
-            max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[dtype])
+            max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[o.dtype])
         assert not mismatch and error <= bound, (spec.name, dtype, label, what, error, bound, mismatch)
 
 
@@ -128,6 +129,26 @@ def test_fused_gradients_within_twice_pytorchs_error(name, dtype):
         if draws:
             _check(spec, [[torch.cat([d[i][j].flatten() for d in draws]) for j in range(len(draws[0][i]))]
                           for i in range(3)], dtype, n)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_fused_gradients_with_float32_parameters_beside_16_bit_x(name, dtype):
+    """Mixed precision: float32 weight (and bias) beside 16-bit x and gradient, on every rung
+    (LENGTHS; odd ones on the scalar kernels) and rows a block visits several of: dx in x's
+    dtype, dw and db in float32, each within twice PyTorch's own error on the same inputs."""
+    spec = REGISTRY[name]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = [(max(1, min(300, 2**21 // n)), n) for n in LENGTHS[1:]] + [(64 * sms, 4096), (8 * sms, 32768)]
+    for rows, n in shapes:
+        x = torch.randn(rows, n, device="cuda", dtype=dtype)
+        g = torch.randn_like(x)
+        given = _given(spec, n, torch.float32)
+        grads = _fused_into_poison(spec, x, g, 1, given) if (n // 8 if n % 8 == 0 else n) <= LONG_VECS else \
+            spec.backward_op(g, *op_inputs(name, x, 1, given), *([_stats(spec, x, 1, given)] if spec.row_stats else []),
+                             True)
+        assert [t.dtype for t in grads] == [dtype] + [torch.float32] * (len(grads) - 1), (name, n)
+        _check(spec, _draw(spec, grads, x, g, 1, given), dtype, (rows, n))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

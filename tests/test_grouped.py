@@ -36,7 +36,8 @@ def test_errors_name_what_was_given_and_what_to_do():
     with pytest.raises(ValueError, match=re.escape("running_mean must have shape (6,) (x.shape[1], the channels), "
                                                    "got (5,)")):
         normscan.batch_norm(x, torch.zeros(5), torch.ones(6), training=True)
-    with pytest.raises(TypeError, match=re.escape("running_var dtype torch.float64 differs from x's torch.float32")):
+    with pytest.raises(TypeError, match=re.escape("running_var dtype torch.float64 is not supported beside x's torch.float32 "
+                                                   "(torch.float32 is); pass running_var.to(torch.float32)")):
         normscan.batch_norm(x, torch.zeros(6), torch.ones(6, dtype=torch.float64), training=True)
     with pytest.raises(ValueError, match=re.escape("weight must have shape (6,) (x.shape[1], the channels)")):
         normscan.group_norm(x, 3, torch.ones(5))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import normscan
-from normscan import reference
+from normscan import reference, testing
 
 
 def test_modules_match_kernelbench_constructors():
@@ -105,3 +105,36 @@ def test_masked_cumsum_module_is_kernelbench_93s_model():
     x, mask = torch.randn(3, 9), torch.rand(3, 9) < 0.5
     torch.testing.assert_close(normscan.MaskedCumSum(1)(x, mask), torch.cumsum(x * mask, dim=1))
     assert repr(normscan.MaskedCumSum(0, reverse=True)) == "MaskedCumSum(dim=0, reverse=True, exclusive=False)"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("ours,theirs,args,shape", [
+    (normscan.LayerNorm, torch.nn.LayerNorm, (6,), (4, 5, 6)), (normscan.GroupNorm, torch.nn.GroupNorm, (2, 4), (3, 4, 5)),
+    (normscan.BatchNorm2d, torch.nn.BatchNorm2d, (4,), (3, 4, 5, 2)),
+    (normscan.InstanceNorm1d, torch.nn.InstanceNorm1d, (4,), (3, 4, 7))])
+def test_float32_parameters_beside_16_bit_inputs_as_torch_nn(ours, theirs, args, shape, dtype):
+    """Mixed precision keeps a model's parameters (and running statistics) in float32 and feeds
+    16-bit activations: the output in x's dtype, as torch.nn's module gives it on the same
+    inputs; the gradients, the parameters' in float32, against the float64 module's within
+    twice torch.nn's own error (PyTorch's CPU layer_norm rounds its weight's gradient terms
+    to x's dtype: 2e-3 off where ours is 1e-7)."""
+    kwargs = {"affine": True} if "Instance" in ours.__name__ else {}
+    mine, twin, exact = ours(*args, **kwargs), theirs(*args, **kwargs), theirs(*args, **kwargs).double()
+    with torch.no_grad():
+        for p in mine.parameters():
+            p.copy_(torch.randn_like(p))
+    twin.load_state_dict(mine.state_dict())
+    exact.load_state_dict(mine.state_dict())
+    x = torch.randn(shape).to(dtype)
+    g = torch.randn(shape).to(dtype)
+    xs = [x.clone().requires_grad_(), x.clone().requires_grad_(), x.double().requires_grad_()]
+    outs = [m(t) for m, t in zip((mine, twin, exact), xs)]
+    assert outs[0].dtype == dtype
+    torch.testing.assert_close(outs[0], outs[1])
+    for y, m in zip(outs, (mine, twin, exact)):
+        y.backward(g.to(y.dtype))
+    grads = [[t.grad] + [p.grad for p in m.parameters()] for t, m in zip(xs, (mine, twin, exact))]
+    for o, t, e in zip(*grads):
+        assert o.dtype == t.dtype
+        error, bound = testing.rel_error(o, e)[0], max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[o.dtype])
+        assert error <= bound, (o.dtype, error, bound)

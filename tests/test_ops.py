@@ -124,6 +124,25 @@ def test_weight_errors_are_actionable():
     torch.testing.assert_close(normscan.rms_norm(x, 1, weight=w), reference.rms_norm(x, 1, 1e-5, w))
 
 
+def test_parameter_dtypes_are_pytorchs_mixed_precision_ones():
+    """x's dtype, or float32 beside a 16-bit x (one dtype for weight and bias); anything else
+    is refused, saying what to pass."""
+    x = torch.randn(4, 8).bfloat16()
+    w, b = torch.rand(8) + 0.5, torch.randn(8)
+    y = normscan.layer_norm(x, (8,), w, b)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(x, (8,), w, b))
+    with pytest.raises(TypeError, match=r"weight \(torch.float32\) and bias \(torch.bfloat16\) must have one dtype; "
+                                        r"pass bias.to\(weight.dtype\)"):
+        normscan.layer_norm(x, (8,), w, b.bfloat16())
+    with pytest.raises(TypeError, match=r"weight dtype torch.bfloat16 is not supported beside x's torch.float32 "
+                                        r"\(torch.float32 is\); pass weight.to\(torch.float32\)"):
+        normscan.layer_norm(x.float(), (8,), w.bfloat16())
+    with pytest.raises(TypeError, match=r"weight dtype torch.float64 is not supported beside x's torch.float16 "
+                                        r"\(torch.float16 or torch.float32 is\)"):
+        normscan.group_norm(torch.randn(2, 8, 3).half(), 4, w.double())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_cpu_path_is_the_reference(dtype, dim):
@@ -503,6 +522,12 @@ def test_binding_refuses_what_the_kernels_cannot_take():
         ext("l2_normalize").reduce_scale(x, y, torch.ones(8, device="cuda"), None, l2, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {rms} takes no bias"):
         ext("rms_norm").reduce_scale(x, y, None, torch.ones(8, device="cuda"), rms, v, 0.0, (), None)
+    with pytest.raises(RuntimeError, match="bias must be a contiguous tensor of 8 elements on x's device, of x's dtype "
+                                           r"\(float32 too beside a 16-bit x, for the weight and bias alike\)"):
+        half = x.bfloat16()
+        ext("layer_norm").reduce_scale(half, torch.empty_like(half), torch.ones(8, device="cuda"),
+                                       torch.ones(8, device="cuda").bfloat16(), REGISTRY["layer_norm"].op_id, v, 0.0, (),
+                                       None)
     with pytest.raises(RuntimeError, match="bias must be a contiguous tensor of 8 elements"):
         ext("layer_norm").reduce_scale(x, y, None, torch.ones(7, device="cuda"), REGISTRY["layer_norm"].op_id, v, 0.0,
                                        (), None)

@@ -136,16 +136,24 @@ def _check_tensor(spec: OpSpec, name: str, t: object, x: torch.Tensor, dim, dtyp
     if tuple(t.shape) != shape:
         raise ValueError(f"normscan.{spec.name}: {name} must have shape {shape} ({where}), got {tuple(t.shape)}")
     if t.dtype not in dtypes:
-        raise TypeError(f"normscan.{spec.name}: {name} dtype {t.dtype} differs from x's {x.dtype}; "
-                        f"pass {name}.to({x.dtype})")
+        allowed = " or ".join(str(d) for d in dict.fromkeys(dtypes))
+        raise TypeError(f"normscan.{spec.name}: {name} dtype {t.dtype} is not supported beside x's {x.dtype} "
+                        f"({allowed} is); pass {name}.to({dtypes[-1]})")
     if t.device != x.device:
         raise ValueError(f"normscan.{spec.name}: {name} is on {t.device} but x is on {x.device}; "
                          f"move it with {name}.to('{x.device}')")
     return t
 
 
+def param_dtypes(x: torch.Tensor) -> tuple[torch.dtype, ...]:
+    """The dtypes a weight and bias may have: x's, and float32 beside a 16-bit x (mixed
+    precision keeps its parameters in float32; PyTorch's norms take them so, and the kernels
+    read them as they are)."""
+    return (x.dtype, torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else (x.dtype,)
+
+
 def _check_weight(spec: OpSpec, name: str, weight: object, x: torch.Tensor, dim) -> torch.Tensor | None:
-    weight = _check_tensor(spec, name, weight, x, dim, (x.dtype,))
+    weight = _check_tensor(spec, name, weight, x, dim, param_dtypes(x))
     # One row: making a strided one contiguous costs length elements, not a pass.
     return None if weight is None else weight.contiguous()
 
@@ -153,7 +161,7 @@ def _check_weight(spec: OpSpec, name: str, weight: object, x: torch.Tensor, dim)
 def _check_running(spec: OpSpec, name: str, running: object, x: torch.Tensor, dim) -> torch.Tensor | None:
     """A running statistic, updated in place (not copied): x's dtype, or float32 for 16-bit
     x (PyTorch's mixed batch norm)."""
-    return _check_tensor(spec, name, running, x, dim, (x.dtype, torch.float32))
+    return _check_tensor(spec, name, running, x, dim, tuple(dict.fromkeys((x.dtype, torch.float32))))
 
 
 def _check_mask(spec: OpSpec, name: str, mask: object, x: torch.Tensor, dim) -> torch.Tensor:
@@ -344,6 +352,11 @@ class OpSpec:
                 check_channels(self.name, x)
             dim = None
         args = [PARAMS[n].check(self, n, v, x, dim) for n, v in zip(self.params, args)]
+        given = dict(zip(self.params, args))
+        if given.get("weight") is not None and given.get("bias") is not None and \
+                given["weight"].dtype != given["bias"].dtype:
+            raise TypeError(f"normscan.{self.name}: weight ({given['weight'].dtype}) and bias ({given['bias'].dtype}) "
+                            "must have one dtype; pass bias.to(weight.dtype)")
         if "dtype" in self.params and args[self.params.index("dtype")] is not None:
             i = self.params.index("dtype")
             x, args[i] = x.to(args[i]), None

@@ -28,6 +28,7 @@ from .registry import REGISTRY, OpSpec
 NORM_BOUNDS = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+HALF_DTYPES = [torch.bfloat16, torch.float16]
 # Products of "near1" values reach their first zero within ~10**4 elements, after which
 # every carry is 0: long rows draw "walk" values instead (no zeros, a driftless log).
 LONG_VALUES = {"near1": "walk"}
@@ -50,6 +51,7 @@ class Case:
     kwargs: dict = field(default_factory=dict)  # the op's arguments after dim, but for weight and bias
     with_weight: bool = False  # and a bias, for an op that takes one
     params_apart: bool = False  # the weight and bias one element past a 16-byte boundary
+    fp32_params: bool = False  # the weight and bias float32 beside a 16-bit x (mixed precision's)
     # (dim, count): check only these slices (huge inputs; a whole-tensor op's reference is
     # still taken over every element)
     sample: tuple[int, int] | None = None
@@ -320,6 +322,14 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                      kwargs={"momentum": 0.3})
                 case(f"running statistics, {flag}=False {shape} {_dt(dtype)}", shape, groups, dtype,
                      with_weight=True, with_running=True, kwargs={flag: False})
+    # Mixed precision: float32 weight and bias beside 16-bit x, on each kernel the layouts take
+    # (rows a warp to a cluster, held, read twice; channels_last's columns).
+    for dtype in HALF_DTYPES:
+        for shape, groups, layout in [((2, 6, 5, 7), 3, None), ((3, 4, 4097), 4, None), ((5, 4), 2, None),
+                                      ((2, 4, 16385), 2, None), ((2, 2, 300001), 2, None), ((2, 8, 5, 8), 8,
+                                      "channels_last"), ((2, 16, 20, 20), 16, "channels_last")]:
+            case(f"fp32 weight, bias {shape}{' ' + layout if layout else ''} {_dt(dtype)}", shape, groups, dtype,
+                 layout=layout, with_weight=True, fp32_params=True)
     if stats:
         for vname in ("channels_last", "sliced"):
             case(f"running {vname} (2, 6, 5, 8)", (2, 6, 5, 8), 6, layout=vname, with_weight=True,
@@ -344,6 +354,8 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             case(f"whole GPU a channel {shape} {_dt(dtype)}", shape, 2, dtype)
         case("whole GPU a channel, weight, bias, running (16, 2, 2**20)", (16, 2, 1 << 20), 2, with_weight=True,
              with_running=True)
+        case("whole GPU a channel, fp32 weight, bias (16, 2, 2**21) bf16", (16, 2, 1 << 21), 2, torch.bfloat16,
+             with_weight=True, fp32_params=True)
         case("whole GPU a channel, mean 1e3 (16, 2, 2**20)", (16, 2, 1 << 20), 2, specials=lambda x: x.add_(1e3))
         case("whole GPU a channel, inf in channel 0 (16, 2, 2**20)", (16, 2, 1 << 20), 2,
              specials=lambda x: x[0, 0, 7].fill_(float("inf")))
@@ -390,6 +402,10 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
             case(f"a cluster a channel {shape} {_dt(dtype)}", shape, shape[1], dtype)
         case("a cluster a channel, weight, bias, running (6, 40, 333)", (6, 40, 333), 40, with_weight=True,
              with_running=True)
+        for shape, dtype in [((2, 600, 64), torch.bfloat16), ((16, 400, 2048), torch.bfloat16),
+                             ((5, 70, 100), torch.float16), ((4, 600, 8, 8), torch.float16)]:
+            case(f"fp32 weight, bias, one block or cluster a channel {shape} {_dt(dtype)}", shape, shape[1], dtype,
+                 with_weight=True, fp32_params=True)
         case("a cluster a channel, mean 1e3 (16, 40, 1024)", (16, 40, 1024), 40, specials=lambda x: x.add_(1e3))
     case("empty batch", (0, 6, 5), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
     case("empty positions", (2, 6, 0), 3, **({} if flag != "training" else {"kwargs": {flag: False}, "with_running": True}))
@@ -497,6 +513,19 @@ def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
                             ((3, 65539), 1, torch.float32), ((6, 4096), 1, torch.bfloat16)]:
         case(f"weight, bias apart {shape} last {k} {_dt(dtype)}", shape, k, dtype, with_weight=True,
              params_apart=True)
+    # Mixed precision: float32 weight and bias beside 16-bit x, on each kernel (rows a warp, a
+    # block, a cluster, held across the GPU, read twice; strided; scalar rows), aligned or not.
+    for dtype in HALF_DTYPES:
+        for shape, k, v in [((64, 33), 1, None), ((6, 4096), 1, None), ((5, 1001), 1, None), ((3, 65539), 1, None),
+                            ((2, 131080), 1, None), ((2, 1 << 22), 1, None), ((2, 64, 9, 8), 2, None),
+                            ((2, 200, 8), 1, lambda x: x.movedim(1, -1)), ((64, 33), 1, VIEWS["transposed"][0])]:
+            case(f"fp32 weight, bias {shape} last {k} {_dt(dtype)}{' viewed' if v else ''}", shape, k, dtype, view=v,
+                 with_weight=True, fp32_params=True)
+        case(f"fp32 weight, bias apart (6, 4096) {_dt(dtype)}", (6, 4096), 1, dtype, with_weight=True,
+             params_apart=True, fp32_params=True)
+        if not quick:
+            case(f"fp32 weight, bias read twice (1, 2**24) {_dt(dtype)}", (1, 1 << 24), 1, dtype, with_weight=True,
+                 fp32_params=True)
     if huge and not quick:  # more than 2**31 elements: 64-bit offsets
         case(">2**31 rows (32769, 65537)", (32769, 65537), 1, sample=(0, 6))
     return out
@@ -608,23 +637,35 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # for every SM (150) or wide (past 128): one block a tile (200) and a cluster a tile
         # (700, 1000); the rest slabs (32 and 16 columns: one block a slab; 4 and 2: split,
         # several positions a vector; a warp a slab), contiguous, apart and stepped.
-        for shape, dim, dtype in [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
-                                  ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
-                                  ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
-                                  ((2, 1000, 2, 8), 1, torch.bfloat16), ((2, 40000, 4), 1, torch.float32),
-                                  ((1, 50000, 2), 1, torch.bfloat16), ((3, 200, 4), 1, torch.float32),
-                                  ((3, 96, 2), 1, torch.bfloat16), ((2, 3000, 3), 1, torch.float32),
-                                  ((1, 20000, 6), 1, torch.bfloat16), ((150, 100, 64), 1, torch.float32),
-                                  ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
-                                  ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
-                                  ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
-                                  ((70, 262144), -1, torch.bfloat16), ((200, 131071), -1, torch.float32),
-                                  ((100, 262143), -1, torch.float32)]:
+        weighted = [((6, 4096), -1, torch.float32), ((6, 4096), -1, torch.bfloat16),
+                    ((5, 1001), 1, torch.float32), ((2, 64, 9, 8), 1, torch.float16),
+                    ((2, 200, 4, 8), 1, torch.bfloat16), ((2, 700, 4, 8), 1, torch.float32),
+                    ((2, 1000, 2, 8), 1, torch.bfloat16), ((2, 40000, 4), 1, torch.float32),
+                    ((1, 50000, 2), 1, torch.bfloat16), ((3, 200, 4), 1, torch.float32),
+                    ((3, 96, 2), 1, torch.bfloat16), ((2, 3000, 3), 1, torch.float32),
+                    ((1, 20000, 6), 1, torch.bfloat16), ((150, 100, 64), 1, torch.float32),
+                    ((3, 65539), -1, torch.float32), ((2, 262144), -1, torch.float32),
+                    ((2, 131080), -1, torch.bfloat16), ((2, 1 << 22), -1, torch.float32),
+                    ((300, 65536), -1, torch.float32), ((80, 262144), -1, torch.float32),
+                    ((70, 262144), -1, torch.bfloat16), ((200, 131071), -1, torch.float32),
+                    ((100, 262143), -1, torch.float32)]
+        for shape, dim, dtype in weighted:
             out.append(Case(f"{op} weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
                             with_weight=True))
             for name, base, view in _column_variants(shape, dim) if dim == 1 and len(shape) > 2 else ():
                 out.append(Case(f"{op} weight {shape} dim={dim} {name} {_dt(dtype)}", op, maker(base, dtype, view=view),
                                 1, with_weight=True))
+        # Mixed precision: a float32 weight beside 16-bit x on every kernel above, in both 16-bit
+        # dtypes (each has kernels of its own), and read twice.
+        for shape, dim in dict.fromkeys((shape, dim) for shape, dim, _ in weighted):
+            for dtype in HALF_DTYPES[:1] if quick else HALF_DTYPES:
+                out.append(Case(f"{op} fp32 weight {shape} dim={dim} {_dt(dtype)}", op, maker(shape, dtype), dim,
+                                with_weight=True, fp32_params=True))
+        for dtype in () if quick else HALF_DTYPES:
+            out.append(Case(f"{op} fp32 weight, read twice (1, 2**24) {_dt(dtype)}", op, maker((1, 1 << 24), dtype), -1,
+                            with_weight=True, fp32_params=True))
+            out.append(Case(f"{op} fp32 weight apart (2, 131080) {_dt(dtype)}", op, maker((2, 131080), dtype), -1,
+                            with_weight=True, params_apart=True, fp32_params=True))
         # A weight (and bias) starting past a 16-byte boundary: loaded element by element
         # beside aligned rows (a block, a cluster, held across the GPU).
         for shape, dtype in [((6, 4096), torch.float32), ((3, 65539), torch.float32), ((2, 1 << 22), torch.float32),
@@ -722,10 +763,12 @@ def tensor_params(case: Case, x: torch.Tensor, dim) -> dict:
     if case.with_weight:
         shape, _ = spec.param_shape(tuple(x.shape), dim)
 
-        def param(values):  # of x's dtype, at the case's alignment
+        dtype = torch.float32 if case.fp32_params else x.dtype
+
+        def param(values):  # at the case's alignment
             if not case.params_apart:
-                return values(shape).to(x.dtype)
-            flat = values((math.prod(shape) + 1,)).to(x.dtype)
+                return values(shape).to(dtype)
+            flat = values((math.prod(shape) + 1,)).to(dtype)
             return flat[1:].view(shape)
         params["weight"] = param(lambda s: torch.rand(s, device=device) + 0.5)
         if spec.takes("bias"):

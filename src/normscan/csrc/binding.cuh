@@ -59,13 +59,24 @@ inline void check_reach(const at::Tensor& t, int64_t so, int64_t sl, int64_t si,
               name, "'s storage");
 }
 
-// A weight or bias: none, or a contiguous tensor of `length` elements, x's dtype and device.
-inline void check_param(const at::Tensor& x, const std::optional<at::Tensor>& t, int64_t length,
+// Whether a weight and bias (either may be None) are float32 beside a 16-bit x (mixed
+// precision's parameters); else they have x's dtype (check_param).
+inline bool fp32_params(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                        const std::optional<at::Tensor>& bias) {
+  const auto type = x.scalar_type();
+  const std::optional<at::Tensor>& given = weight ? weight : bias;
+  return (type == at::kHalf || type == at::kBFloat16) && given && given->scalar_type() == at::kFloat;
+}
+
+// A weight or bias: none, or a contiguous tensor of `length` elements on x's device, of x's
+// dtype, or float32 where `fp32` (fp32_params).
+inline void check_param(const at::Tensor& x, const std::optional<at::Tensor>& t, int64_t length, bool fp32,
                         const char* name = "weight") {
   if (t) {
-    TORCH_CHECK(t->device() == x.device() && t->scalar_type() == x.scalar_type() && t->is_contiguous() &&
-                    t->numel() == length,
-                "normscan: ", name, " must be a contiguous tensor of ", num(length), " elements, dtype and device of x");
+    TORCH_CHECK(t->device() == x.device() && t->scalar_type() == (fp32 ? at::kFloat : x.scalar_type()) &&
+                    t->is_contiguous() && t->numel() == length,
+                "normscan: ", name, " must be a contiguous tensor of ", num(length), " elements on x's device, of x's ",
+                "dtype (float32 too beside a 16-bit x, for the weight and bias alike)");
   }
 }
 
@@ -122,7 +133,7 @@ inline at::Tensor empty_contiguous_like(const at::Tensor& x) {
 // The eager call's common case, whole in C++ (the <family>_contiguous entries, the public
 // functions' fast path: normscan/registry.py): x a contiguous CUDA tensor of a float dtype,
 // dim in [-ndim, ndim), no gradient wanted of x or `param`, which is None or a contiguous
-// tensor of shape (x.size(dim),) with x's dtype and device. Its view around dim, or nullopt
+// tensor of shape (x.size(dim),) on x's device, of x's dtype (or float32 beside a 16-bit x). Its view around dim, or nullopt
 // where the call is not that case: the Python path then checks it, says what is wrong or
 // copies what must be, and launches.
 inline std::optional<View> contiguous_view(const at::Tensor& x, int64_t dim, const std::optional<at::Tensor>& param) {
@@ -134,7 +145,9 @@ inline std::optional<View> contiguous_view(const at::Tensor& x, int64_t dim, con
   if (grad && x.requires_grad()) return std::nullopt;
   dim = dim < 0 ? dim + rank : dim;
   const int64_t length = ndim > 0 ? x.size(dim) : 1;
-  if (param && (param->device() != x.device() || param->scalar_type() != type || param->dim() != 1 ||
+  const bool param_type = param && (param->scalar_type() == type ||
+                                    ((type == at::kHalf || type == at::kBFloat16) && param->scalar_type() == at::kFloat));
+  if (param && (param->device() != x.device() || !param_type || param->dim() != 1 ||
                 param->size(0) != length || !param->is_contiguous() || (grad && param->requires_grad()))) {
     return std::nullopt;
   }

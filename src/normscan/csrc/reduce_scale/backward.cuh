@@ -33,11 +33,12 @@
 
 namespace normscan {
 
-template <typename T> struct ReduceScaleBackwardArgs {
+// P: the weight's element type (ops.cuh, param_t).
+template <typename T, typename P = T> struct ReduceScaleBackwardArgs {
   const T* x;
   const T* g;  // rows contiguous, g_so apart (0: one row broadcast)
   T* dx;
-  const T* w;          // null without a weight
+  const P* w;          // null without a weight
   acc_t<T>* dw_part;   // [slots][length]; null when dw is not wanted
   const acc_t<T>* stats;  // a kRowStats op's: row r's mean and rstd at 2r, 2r + 1 (its forward's)
   View view;           // x's and dx's strides
@@ -68,9 +69,9 @@ struct BackwardRowsConfig {
     return (stages<T>() > 1 || IN_SMEM) && sizeof(T) * V == 16;
   }
   // The weight kept in shared memory past the stages (its registers spilled beside the
-  // long rows' dw: NOTES.md).
-  template <typename T, int V, bool WEIGHTED> static __host__ __device__ constexpr bool weight_in_smem() {
-    return WEIGHTED && IN_SMEM && staged<T, V>();
+  // long rows' dw: NOTES.md); not a float32 weight P beside 16-bit rows (weight_held).
+  template <typename T, int V, bool WEIGHTED, typename P = T> static __host__ __device__ constexpr bool weight_in_smem() {
+    return WEIGHTED && IN_SMEM && staged<T, V>() && sizeof(P) == sizeof(T);
   }
   // A kRowStats op's statistics of a row copied into its stage with it, a copy a thread, where
   // a cluster holds the row: loaded after the row's copies landed, they put an L2-cold load in
@@ -81,10 +82,10 @@ struct BackwardRowsConfig {
   }
   // Dynamic shared memory: the stages of x and g (and the weight, and the staged statistics),
   // or the row groups' dw sums at the end.
-  template <typename T, int V, bool WEIGHTED, bool ROW_STATS> static constexpr size_t smem_bytes() {
+  template <typename T, int V, bool WEIGHTED, bool ROW_STATS, typename P = T> static constexpr size_t smem_bytes() {
     const size_t stats = stats_staged<T, V, ROW_STATS>() ? size_t(stages<T>()) * BLOCK * 2 * sizeof(acc_t<T>) : 0;
     const size_t staging =
-        staged<T, V>() ? size_t(stages<T>() * 2 + weight_in_smem<T, V, WEIGHTED>()) * NV * BLOCK * 16 + stats : 0;
+        staged<T, V>() ? size_t(stages<T>() * 2 + weight_in_smem<T, V, WEIGHTED, P>()) * NV * BLOCK * 16 + stats : 0;
     const size_t sums = WEIGHTED && kGroups > 1 ? size_t(BLOCK) * NV * V * sizeof(acc_t<T>) : 0;
     return staging > sums ? staging : sums;
   }
@@ -93,7 +94,7 @@ struct BackwardRowsConfig {
 // Doubles hold twice the registers: half the resident blocks asked.
 template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED>
 __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks + 1) / 2 : Cfg::kMinBlocks)
-    reduce_scale_backward_rows_kernel(ReduceScaleBackwardArgs<T> a) {
+    reduce_scale_backward_rows_kernel(ReduceScaleBackwardArgs<T, param_t<T, Op>> a) {
   // The weight's sums (reduce_scale_dw_sum_kernel, launched early) may take their places
   // beside this grid's blocks now: they wait for its end, not for their launch.
   if constexpr (WEIGHTED) allow_next_grid();
@@ -108,6 +109,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   static_assert(!PIPELINED || STAGES >= 2, "the row scaled and the row summed");
   using A = acc_t<T>;
   using VT = Vec<T, V>;
+  using P = param_t<T, Op>;
+  using PV = Vec<P, V>;  // a vector's weights
   using Gradient = typename Op::Gradient;
   // A centered op's staged rows are read from shared memory on each of their passes, not
   // held in registers: beside the weight, dw and db, 16-bit rows of 4 vectors a thread
@@ -122,7 +125,13 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   using Stat = SumPair<A>;
   constexpr bool STATS_STAGED = Cfg::template stats_staged<T, V, Op::kRowStats>();
   constexpr bool BIAS_GRAD = WEIGHTED && Op::kBiased;  // db summed beside dw
-  constexpr bool WEIGHT_IN_SMEM = Cfg::template weight_in_smem<T, V, WEIGHTED>();
+  constexpr bool WEIGHT_IN_SMEM = Cfg::template weight_in_smem<T, V, WEIGHTED, P>();
+  // A float32 weight beside 16-bit rows (twice a 16-bit vector's registers) is held too, but
+  // where it spilled: in layer_norm's rows of a block or cluster (db and the statistics beside,
+  // 4 bytes) and the long rows (8); there it is loaded where it is used, from L1 (every row
+  // reads it).
+  constexpr bool WEIGHT_HELD =
+      WEIGHTED && !WEIGHT_IN_SMEM && (sizeof(P) == sizeof(T) || !(Cfg::kRowsInSmem || (Op::kCentered && TPR == BLOCK)));
   __shared__ Sums warp_part[2][BLOCK / 32];    // [parity]: one barrier a row
   __shared__ A warp_shift[2][BLOCK / 32];  // the same for a max-shifted op's maximum
   const int t = threadIdx.x % TPR, group = threadIdx.x / TPR;
@@ -152,7 +161,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // 16 bytes.
   auto slot = [&](int s, int j, int k) { return reinterpret_cast<VT*>(smem + ((s * 2 + j) * NV + k) * BLOCK + threadIdx.x); };
   // The weight's vector k past the stages, where it is kept there.
-  auto weight_slot = [&](int k) { return reinterpret_cast<VT*>(smem + (STAGES * 2 * NV + k) * BLOCK + threadIdx.x); };
+  auto weight_slot = [&](int k) { return reinterpret_cast<PV*>(smem + (STAGES * 2 * NV + k) * BLOCK + threadIdx.x); };
   // This thread's copy of the statistics of stage s's row, past those (staged rows).
   auto stat_slot = [&](int s) {
     return reinterpret_cast<Stat*>(smem + (STAGES * 2 + WEIGHT_IN_SMEM) * NV * BLOCK) + s * BLOCK + threadIdx.x;
@@ -181,15 +190,15 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
     for (int s = 0; s + 1 < STAGES; ++s) stage_in(first + s * step, s);
   }
-  VT wv[NV];  // this thread's weight vectors (unused without one, or where kept in shared memory)
+  PV wv[WEIGHT_HELD ? NV : 1];  // this thread's weight vectors, where held
   A dw[NV][V];
   A db[BIAS_GRAD ? NV : 1][V];
 #pragma unroll
   for (int k = 0; k < NV; ++k) {
     if constexpr (WEIGHTED) {
       if (has(k)) {
-        if constexpr (WEIGHT_IN_SMEM) *weight_slot(k) = load_vec<T, V>(a.w + col(k));
-        else wv[k] = load_vec<T, V>(a.w + col(k));
+        if constexpr (WEIGHT_IN_SMEM) *weight_slot(k) = load_vec<P, V>(a.w + col(k));
+        else if constexpr (WEIGHT_HELD) wv[k] = load_vec<P, V>(a.w + col(k));
       }
     }
 #pragma unroll
@@ -198,13 +207,14 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
       if constexpr (BIAS_GRAD) db[k][i] = A(0);
     }
   }
-  auto w_at = [&](int k) -> VT {
-    if constexpr (!WEIGHTED) return VT{};
+  auto w_at = [&](int k) -> PV {
+    if constexpr (!WEIGHTED) return PV{};
     else if constexpr (WEIGHT_IN_SMEM) return *weight_slot(k);
-    else return wv[k];
+    else if constexpr (WEIGHT_HELD) return wv[k];
+    else return load_params<P, V>(a.w + col(k));
   };
-  auto weighted = [&](A ga, const VT& wk, int i) {
-    if constexpr (WEIGHTED) return ga * Convert<T>::to_acc(wk.v[i]);
+  auto weighted = [&](A ga, const PV& wk, int i) {
+    if constexpr (WEIGHTED) return ga * Convert<P>::to_acc(wk.v[i]);
     return ga;
   };
 
@@ -220,7 +230,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
-        const VT xk = vec_at(s, 0, k, xv), gk = vec_at(s, 1, k, gv), wk = w_at(k);
+        const VT xk = vec_at(s, 0, k, xv), gk = vec_at(s, 1, k, gv);
+        const PV wk = w_at(k);
         A out[V];
 #pragma unroll
         for (int i = 0; i < V; ++i) {
@@ -321,7 +332,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (active && has(k)) {
-          const VT xk = x_at(k), gk = g_at(k), wk = w_at(k);
+          const VT xk = x_at(k), gk = g_at(k);
+          const PV wk = w_at(k);
 #pragma unroll
           for (int i = 0; i < V; ++i) {
             const Sums t = pair(Convert<T>::to_acc(xk.v[i]), weighted(Convert<T>::to_acc(gk.v[i]), wk, i), k, i);

@@ -10,7 +10,8 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
     double eps, const std::optional<at::Tensor>& stats) {
   using namespace normscan;
   const View v = checked_view(x, dx, view);
-  check_param(x, weight, v.length);
+  const bool fp32 = fp32_params(x, weight, std::nullopt);
+  check_param(x, weight, v.length, fp32);
   TORCH_CHECK(g.device() == x.device() && g.scalar_type() == x.scalar_type(),
               "normscan: the gradient must have x's dtype and device");
   check_reach(g, g_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "the gradient");
@@ -25,10 +26,12 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_backward", [&] {
     using T = cuda_t<scalar_t>;
     using A = acc_t<T>;
-    ReduceScaleBackwardArgs<T> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<T>(*weight) : nullptr,
-                                 nullptr, nullptr, v, g_row_stride, eps};
-    const bool known = with_reduce_scale_op(op, [&](auto functor) {
-      using Op = decltype(functor);
+    // The op's kernels for this weight (Op, or Fp32Params<Op>).
+    const auto launch = [&](auto typed) {
+      using Op = decltype(typed);
+      using P = param_t<T, Op>;
+      ReduceScaleBackwardArgs<T, P> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<P>(*weight) : nullptr,
+                                      nullptr, nullptr, v, g_row_stride, eps};
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
       TORCH_CHECK(stats.has_value() == Op::kRowStats, "normscan: reduce-scale op ", num(op),
@@ -60,14 +63,16 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
           // their own (outputs may not alias).
           for (int j = 0; j < (bias_grad ? sums_each : 1); ++j) {
             params.push_back(at::detail::empty_cuda({v.length}, weight->options()));
-            check_cuda(launch_dw_sum<T>(a.dw_part + j * v.length, part.size(0), sums, v.length,
-                                        mutable_data<T>(params.back()), d.major >= 9, stream),
+            check_cuda(launch_dw_sum<P>(a.dw_part + j * v.length, part.size(0), sums, v.length,
+                                        mutable_data<P>(params.back()), d.major >= 9, stream),
                        "summing the weight gradient's partial sums");
           }
         }
       });
       check_cuda(asked, "asking the device which thread-block clusters it runs");
-    });
+    };
+    const bool known =
+        with_reduce_scale_op(op, [&](auto functor) { with_param_type<T, decltype(functor)>(fp32, launch); });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });
   return {launched, params, part};

@@ -173,7 +173,7 @@ using CenteredOf = std::conditional_t<
 // (cluster) a row group.
 template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct BackwardRowsPlan {
   static constexpr auto kernel = reduce_scale_backward_rows_kernel<T, Op, Cfg, V, WEIGHTED>;
-  static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED, Op::kRowStats>();
+  static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED, Op::kRowStats, param_t<T, Op>>();
   int cluster;
 
   int64_t units(const View& v) const { return Cfg::kCluster ? v.outer : ceil_div(v.outer, Cfg::kGroups); }
@@ -186,22 +186,22 @@ template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct Ba
   }
   // Clusters of it the device holds at once (0: none can run, as a non-portable size may not).
   cudaError_t resident(int64_t* out) const { return resident_units<kernel>(dim3(Cfg::kBlock), cluster, kSmem, out); }
-  cudaError_t launch(const ReduceScaleBackwardArgs<T>& a, cudaStream_t stream) const {
+  cudaError_t launch(const ReduceScaleBackwardArgs<T, param_t<T, Op>>& a, cudaStream_t stream) const {
     return launch_units<kernel>(Cfg::kPersistent ? Grid::Persistent : Grid::PerUnit, dim3(Cfg::kBlock), cluster,
                                 units(a.view), kSmem, stream, a);
   }
 };
 
-// dw from the slots of dw_part, rows `stride` apart (reduce_scale_dw_sum_kernel): 32 columns
-// of 8 lanes a block. early (sm_90): launched while the backward kernel before it still runs,
-// its blocks waiting for that kernel's end where they fit beside it: the launch's latency
-// hidden.
-template <typename T>
-inline cudaError_t launch_dw_sum(const acc_t<T>* part, int64_t slots, int64_t stride, int64_t length, T* dw,
+// dw (of the weight's element type P) from the slots of dw_part, rows `stride` apart
+// (reduce_scale_dw_sum_kernel): 32 columns of 8 lanes a block. early (sm_90): launched while
+// the backward kernel before it still runs, its blocks waiting for that kernel's end where
+// they fit beside it: the launch's latency hidden.
+template <typename P>
+inline cudaError_t launch_dw_sum(const acc_t<P>* part, int64_t slots, int64_t stride, int64_t length, P* dw,
                                  bool early, cudaStream_t stream) {
   constexpr int kCols = 32, kLanes = 8;
   if (length == 0) return cudaSuccess;
-  return launch_units_as<reduce_scale_dw_sum_kernel<T, kCols, kLanes>>(
+  return launch_units_as<reduce_scale_dw_sum_kernel<P, kCols, kLanes>>(
       Grid::PerUnit, early, dim3(kCols * kLanes), 1, ceil_div(length, kCols), 0, stream, part, slots, stride, length,
       dw);
 }
@@ -271,7 +271,8 @@ inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&&
 // (every layout, for an op without a fused backward). *err: a failure to ask the device which
 // cluster it runs (then true, f not called).
 template <typename T, typename Op, typename F>
-inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T>& a, int major, cudaError_t* err, F&& f) {
+inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T, param_t<T, Op>>& a, int major, cudaError_t* err,
+                                       F&& f) {
   if constexpr (!Op::kFusedBackward) {
     return false;
   } else {

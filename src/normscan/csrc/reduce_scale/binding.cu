@@ -25,13 +25,16 @@ void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Ten
   using namespace normscan;
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const bool fp32 = fp32_params(x, weight, bias);
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale", [&] {
     using T = cuda_t<scalar_t>;
     using A = acc_t<T>;
-    const ReduceScaleArgs<T> common{data<T>(x), mutable_data<T>(y), weight ? data<T>(*weight) : nullptr,
-                                    bias ? data<T>(*bias) : nullptr, v, eps};
-    const bool known = with_reduce_scale_op(op, [&](auto functor) {
-      using Op = decltype(functor);
+    // The op's kernels for these parameters (Op, or Fp32Params<Op>).
+    const auto launch = [&](auto typed) {
+      using Op = decltype(typed);
+      using P = param_t<T, Op>;
+      const ReduceScaleArgs<T, P> common{data<T>(x), mutable_data<T>(y), weight ? data<P>(*weight) : nullptr,
+                                         bias ? data<P>(*bias) : nullptr, v, eps};
       ArgsFor<T, Op> a{common};
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
@@ -49,10 +52,12 @@ void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Ten
       } else if constexpr (Op::kRowStats) {
         a.stats = stats ? checked_stats<A>(x, *stats, v.outer * v.inner) : nullptr;
       }
-      check_param(x, weight, params);
-      check_param(x, bias, params, "bias");
+      check_param(x, weight, params, fp32);
+      check_param(x, bias, params, fp32, "bias");
       check_cuda(launch_reduce_scale<T, Op>(a, stream, Workspace(x)), "reduce_scale");
-    });
+    };
+    const bool known =
+        with_reduce_scale_op(op, [&](auto functor) { with_param_type<T, decltype(functor)>(fp32, launch); });
     TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });
 }

@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(BLOCK, 1024 / BLOCK)
     stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(stat, warp_stat[1], 0, me);
     const RowScale<A> rs = row_scale<Op, A>(stat, a.view.length * (a.view.outer / groups), a.eps, pilot);
     if (b == 0 && threadIdx.x == 0) write_stat(a, g, rs, stat.m2);
-    const A wc = a.w ? Convert<T>::to_acc(a.w[g]) : A(1), bias = a.b ? Convert<T>::to_acc(a.b[g]) : A(0);
+    using P = param_t<T, Op>;
+    const A wc = a.w ? Convert<P>::to_acc(a.w[g]) : A(1), bias = a.b ? Convert<P>::to_acc(a.b[g]) : A(0);
     int64_t xo, yo;
     for (int k0 = mine - 1; k0 >= kept; k0 -= U) {
       VT v[U];

@@ -159,7 +159,7 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
       // spilled 40 bytes (sm_90).
       if (q.part == 0 && t == 0) write_stat(a, q.row, rs, Op::kGrouped ? stat.m2 : A(0));
     }
-    const ChannelRow<T, false> ch = r.template channels<Op, false>(a, q.row);
+    const auto ch = r.template channels<Op, false>(a, q.row);
     T* yp = r.yr + r.s.head + int64_t(q.first) * V;
     const int l = static_cast<int>(r.s.head) + q.first * V;
     if constexpr (Op::kGrouped || !Op::kWeighted) {
@@ -177,13 +177,13 @@ template <typename T, typename Op, int THREADS, int VECS, typename Barrier> stru
       const bool weighted = a.w != nullptr, biased = Op::kBiased && a.b != nullptr;
 #pragma unroll 1
       for (int k0 = 0; k0 < VECS; k0 += BATCH) {
-        VT wv[BATCH] = {}, bv[BATCH] = {};
+        Vec<param_t<T, Op>, V> wv[BATCH] = {}, bv[BATCH] = {};
 #pragma unroll
         for (int u = 0; u < BATCH; ++u) {
           const int k = k0 + u;
           if (k < VECS && k * THREADS < q.count) {
-            if (weighted) wv[u] = param_vec<T, V>(a.w, l + k * THREADS * V);
-            if (biased) bv[u] = param_vec<T, V>(a.b, l + k * THREADS * V);
+            if (weighted) wv[u] = param_vec<param_t<T, Op>, V>(a.w, l + k * THREADS * V);
+            if (biased) bv[u] = param_vec<param_t<T, Op>, V>(a.b, l + k * THREADS * V);
           }
         }
 #pragma unroll

@@ -25,24 +25,25 @@ template <typename A> struct Grouping {
   A* stats;
 };
 
-template <typename T> struct ReduceScaleArgs {
+// P: the weight's and bias's element type, x's own or float32 for a 16-bit x (Fp32Params).
+template <typename T, typename P = T> struct ReduceScaleArgs {
   const T* x;
   T* y;
-  const T* w;  // optional, may be null: one weight per position along the reduced dim (a channel: kGrouped)
-  const T* b;  // likewise a bias (kBiased ops)
+  const P* w;  // optional, may be null: one weight per position along the reduced dim (a channel: kGrouped)
+  const P* b;  // likewise a bias (kBiased ops)
   View view;
   double eps;
 };
 // A grouped op's: the others' kernels keep ReduceScaleArgs (32 bytes more of kernel
 // parameters spilled the 16-bit RMSNorm and softmax row kernels, which sit at 64 registers).
-template <typename T> struct GroupedArgs : ReduceScaleArgs<T> {
+template <typename T, typename P = T> struct GroupedArgs : ReduceScaleArgs<T, P> {
   Grouping<acc_t<T>> grouping;
 };
 // A kRowStats op's (layer_norm's): `stats`, where not null, gets row r's mean and the
 // factor it scaled by (rstd: 1 / sqrt(var + eps)) at stats[2r], stats[2r + 1] (r in the
 // view's order), which its backward reads instead of finding them again, as PyTorch's
 // reads its saved mean and rstd.
-template <typename T> struct RowStatsArgs : ReduceScaleArgs<T> {
+template <typename T, typename P = T> struct RowStatsArgs : ReduceScaleArgs<T, P> {
   acc_t<T>* stats;
 };
 
@@ -54,9 +55,11 @@ template <typename T> struct RowStatsArgs : ReduceScaleArgs<T> {
 // rows, written out (Grouping); kRowStats: each row's mean and rstd written out
 // (RowStatsArgs) for its backward; kFusedBackward: backward.cuh serves the op, by its
 // Gradient (below).
+// Param: the element type of its weight and bias where it is not x's (void: x's).
 struct ReduceScaleTraits {
   static constexpr bool kWeighted = false, kBiased = false, kMaxShifted = false, kCentered = false,
                         kGrouped = false, kRowStats = false, kFusedBackward = false;
+  using Param = void;
 };
 
 // An op's fused backward (backward.cuh), over a row held on chip: with u = x less the row's
@@ -228,10 +231,29 @@ struct GroupNormOp : LayerNormOp {
   static constexpr bool kGrouped = true, kRowStats = false, kFusedBackward = false;  // not layer_norm's rows
 };
 
-// The arguments an op's kernels take.
+// A weighted op whose weight and bias are float32 beside a 16-bit x, as mixed-precision
+// training keeps its parameters: read as they are (no cast of them, no rounding of them to
+// x's dtype), by kernels of their own.
+template <typename Op> struct Fp32Params : Op {
+  static_assert(Op::kWeighted, "only a weighted op takes parameters");
+  using Param = float;
+};
+// The element type of an op's weight and bias beside an x of T.
 template <typename T, typename Op>
-using ArgsFor = std::conditional_t<Op::kGrouped, GroupedArgs<T>,
-                                   std::conditional_t<Op::kRowStats, RowStatsArgs<T>, ReduceScaleArgs<T>>>;
+using param_t = std::conditional_t<std::is_void<typename Op::Param>::value, T, typename Op::Param>;
+
+// f(Op{}), or f(Fp32Params<Op>{}) where a weighted op's 16-bit x has float32 parameters.
+template <typename T, typename Op, typename F> inline void with_param_type(bool fp32_params, F&& f) {
+  if constexpr (Op::kWeighted && sizeof(T) == 2) {
+    if (fp32_params) return f(Fp32Params<Op>{});
+  }
+  f(Op{});
+}
+
+// The arguments an op's kernels take.
+template <typename T, typename Op, typename P = param_t<T, Op>>
+using ArgsFor = std::conditional_t<Op::kGrouped, GroupedArgs<T, P>,
+                                   std::conditional_t<Op::kRowStats, RowStatsArgs<T, P>, ReduceScaleArgs<T, P>>>;
 // Whether an op's kernels write its statistics out (write_stat).
 template <typename Op> constexpr bool kWritesStats = Op::kGrouped || Op::kRowStats;
 
@@ -274,12 +296,12 @@ __device__ __forceinline__ acc_t<T> scaled_value(T x, acc_t<T> scale, acc_t<T> s
 }
 
 // y = apply(x, scale) [* w] [+ b], one element.
-template <typename Op, typename T>
-__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const T* w, const T* b, int64_t l) {
+template <typename Op, typename T, typename P>
+__device__ __forceinline__ T scale_one(T x, acc_t<T> scale, acc_t<T> shift, const P* w, const P* b, int64_t l) {
   acc_t<T> v = scaled_value<Op>(x, scale, shift);
-  if (w != nullptr) v *= Convert<T>::to_acc(w[l]);
+  if (w != nullptr) v *= Convert<P>::to_acc(w[l]);
   if constexpr (Op::kBiased) {
-    if (b != nullptr) v += Convert<T>::to_acc(b[l]);
+    if (b != nullptr) v += Convert<P>::to_acc(b[l]);
   }
   return Convert<T>::from_acc(v);
 }
@@ -293,13 +315,31 @@ __device__ __forceinline__ T scale_with(T x, acc_t<T> scale, acc_t<T> shift, acc
   return Convert<T>::from_acc(v);
 }
 
-// p's V elements from l (a weight's or bias's): one 16-byte load where they are aligned, V
-// loads otherwise.
-template <typename T, int V> __device__ __forceinline__ Vec<T, V> param_vec(const T* p, int64_t l) {
-  if constexpr (V > 1) {
-    if (reinterpret_cast<uintptr_t>(p + l) % 16 == 0) return load_vec<T, V>(p + l);
+// V parameters from p, 16-byte aligned: one 16-byte load a 16 bytes (a float32 weight beside
+// a 16-bit row's 8-element vector takes two).
+template <typename P, int V> __device__ __forceinline__ Vec<P, V> load_params(const P* p) {
+  constexpr int H = V * sizeof(P) > 16 ? 16 / sizeof(P) : V;  // elements a load
+  if constexpr (H == V) {
+    return load_vec<P, V>(p);
+  } else {
+    Vec<P, V> out;
+#pragma unroll
+    for (int i = 0; i < V; i += H) {
+      const Vec<P, H> h = load_vec<P, H>(p + i);
+#pragma unroll
+      for (int j = 0; j < H; ++j) out.v[i + j] = h.v[j];
+    }
+    return out;
   }
-  Vec<T, V> v;
+}
+
+// p's V elements from l (a weight's or bias's): 16-byte loads where they are aligned, V
+// loads otherwise.
+template <typename P, int V> __device__ __forceinline__ Vec<P, V> param_vec(const P* p, int64_t l) {
+  if constexpr (V > 1) {
+    if (reinterpret_cast<uintptr_t>(p + l) % 16 == 0) return load_params<P, V>(p + l);
+  }
+  Vec<P, V> v;
 #pragma unroll
   for (int i = 0; i < V; ++i) v.v[i] = p[l + i];
   return v;
@@ -307,16 +347,16 @@ template <typename T, int V> __device__ __forceinline__ Vec<T, V> param_vec(cons
 
 // y of V elements: apply(x, scale) [* wv where weighted] [+ bv where biased], their weight
 // and bias loaded beforehand (param_vec).
-template <typename Op, typename T, int V>
+template <typename Op, typename T, int V, typename P>
 __device__ __forceinline__ Vec<T, V> scale_by(const Vec<T, V>& x, acc_t<T> scale, acc_t<T> shift, bool weighted,
-                                              const Vec<T, V>& wv, bool biased, const Vec<T, V>& bv) {
+                                              const Vec<P, V>& wv, bool biased, const Vec<P, V>& bv) {
   acc_t<T> v[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) {
     v[i] = scaled_value<Op>(x.v[i], scale, shift);
-    if (weighted) v[i] *= Convert<T>::to_acc(wv.v[i]);
+    if (weighted) v[i] *= Convert<P>::to_acc(wv.v[i]);
     if constexpr (Op::kBiased) {
-      if (biased) v[i] += Convert<T>::to_acc(bv.v[i]);
+      if (biased) v[i] += Convert<P>::to_acc(bv.v[i]);
     }
   }
   return from_acc_vec<T, V>(v);
@@ -332,16 +372,16 @@ __device__ __forceinline__ Vec<T, V> scaled_in_channel(const Vec<T, V>& x, acc_t
   return from_acc_vec<T, V>(v);
 }
 
-// A grouped op's weight and bias along one row: those of channel l / span of the row's
+// A grouped op's weight and bias (of P) along one row: those of channel l / span of the row's
 // channels, which start at w and b. WIDE: rows of 2**31 elements and more (64-bit
 // divisions); rows held on chip are shorter (32-bit ones).
-template <typename T, bool WIDE = false> struct ChannelRow {
+template <typename T, bool WIDE = false, typename P = T> struct ChannelRow {
   using Offset = std::conditional_t<WIDE, int64_t, uint32_t>;
-  const T* w;
-  const T* b;
+  const P* w;
+  const P* b;
   Offset span;
 
-  static __device__ __forceinline__ ChannelRow at(const GroupedArgs<T>& a, int64_t row) {
+  static __device__ __forceinline__ ChannelRow at(const GroupedArgs<T, P>& a, int64_t row) {
     const int64_t first = (row % a.grouping.groups) * (a.view.length / a.grouping.span);
     return ChannelRow{a.w ? a.w + first : nullptr, a.b ? a.b + first : nullptr, static_cast<Offset>(a.grouping.span)};
   }
@@ -358,8 +398,8 @@ template <typename T, bool WIDE = false> struct ChannelRow {
     A v[V];
     const int64_t c = channel(l);
     if (static_cast<Offset>(l) - static_cast<Offset>(c) * span + V <= span)
-      return scaled_in_channel<Op>(x, scale, shift, w ? Convert<T>::to_acc(w[c]) : A(1),
-                                   b ? Convert<T>::to_acc(b[c]) : A(0));
+      return scaled_in_channel<Op>(x, scale, shift, w ? Convert<P>::to_acc(w[c]) : A(1),
+                                   b ? Convert<P>::to_acc(b[c]) : A(0));
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = Convert<T>::to_acc(this->scale<Op>(x.v[i], scale, shift, l + i));
     return from_acc_vec<T, V>(v);
@@ -379,12 +419,12 @@ template <typename A> __device__ __forceinline__ void write_pair(A* stats, int64
     stats[2 * stat + 1] = second;
   }
 }
-template <typename T>
-__device__ __forceinline__ void write_stat(const GroupedArgs<T>& a, int64_t stat, RowScale<acc_t<T>> rs, acc_t<T> m2) {
+template <typename T, typename P>
+__device__ __forceinline__ void write_stat(const GroupedArgs<T, P>& a, int64_t stat, RowScale<acc_t<T>> rs, acc_t<T> m2) {
   write_pair(a.grouping.stats, stat, rs.shift, m2);
 }
-template <typename T>
-__device__ __forceinline__ void write_stat(const RowStatsArgs<T>& a, int64_t stat, RowScale<acc_t<T>> rs, acc_t<T>) {
+template <typename T, typename P>
+__device__ __forceinline__ void write_stat(const RowStatsArgs<T, P>& a, int64_t stat, RowScale<acc_t<T>> rs, acc_t<T>) {
   write_pair(a.stats, stat, rs.shift, rs.scale);
 }
 

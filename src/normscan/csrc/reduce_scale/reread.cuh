@@ -176,7 +176,8 @@ template <typename T, int V> struct RereadRow {
   // The same, a grouped op's weight and bias from ch.
   template <int BLOCK, typename Op, bool WIDE>
   __device__ __forceinline__ void scale_vectors_of(int64_t begin, int64_t end, RowScale<acc_t<T>> rs,
-                                                   const ArgsFor<T, Op>& a, const ChannelRow<T, WIDE>& ch) const {
+                                                   const ArgsFor<T, Op>& a,
+                                                   const ChannelRow<T, WIDE, param_t<T, Op>>& ch) const {
     constexpr int U = kRereadUnroll;
     const T* xb = xr + s.head;
     T* yb = yr + s.head;
@@ -195,7 +196,8 @@ template <typename T, int V> struct RereadRow {
   // y of the V elements from l (a grouped op's weight and bias from ch).
   template <typename Op, bool WIDE>
   __device__ __forceinline__ Vec<T, V> scaled(const Vec<T, V>& x, int64_t l, RowScale<acc_t<T>> rs,
-                                              const ArgsFor<T, Op>& a, const ChannelRow<T, WIDE>& ch) const {
+                                              const ArgsFor<T, Op>& a,
+                                              const ChannelRow<T, WIDE, param_t<T, Op>>& ch) const {
     Vec<T, V> out;
     if constexpr (Op::kGrouped) {
       out = ch.template scale<Op>(x, rs.scale, rs.shift, l);
@@ -207,9 +209,10 @@ template <typename T, int V> struct RereadRow {
   }
   // A grouped op's weight and bias along the row; WIDE: rows of 2**31 elements and more.
   template <typename Op, bool WIDE = true>
-  __device__ __forceinline__ ChannelRow<T, WIDE> channels(const ArgsFor<T, Op>& a, int64_t row) const {
-    if constexpr (Op::kGrouped) return ChannelRow<T, WIDE>::at(a, row);
-    else return ChannelRow<T, WIDE>{};
+  __device__ __forceinline__ ChannelRow<T, WIDE, param_t<T, Op>> channels(const ArgsFor<T, Op>& a, int64_t row) const {
+    using Channels = ChannelRow<T, WIDE, param_t<T, Op>>;
+    if constexpr (Op::kGrouped) return Channels::at(a, row);
+    else return Channels{};
   }
 };
 
@@ -453,7 +456,7 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
     if (t < edge_rows * edges)
       for (uint32_t k = t / edges; k < rows; k += edge_rows)
         RereadRow<T, V>(a, g + k * groups, Op{}).template scale_edge<Op>(rs, a, g + k * groups, t % edges);
-    const ChannelRow<T, false> ch = first.template channels<Op, false>(a, g);  // every row's: one channel
+    const auto ch = first.template channels<Op, false>(a, g);  // every row's: one channel
     if constexpr (HELD > 0) {
       // Stores slot by slot, y of vector o of a row by scaled(x, o); then the slots are refilled.
       const auto store_held = [&](auto scaled) {
@@ -464,7 +467,8 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
           if (p.row < rows) store_vec_whole<T, V>(yb + p.row * y_step + int64_t(p.o) * V, scaled(*slot(k), p.o));
       };
       if (ch.span >= a.view.length) {  // every row one channel (batch_norm's, instance_norm's)
-        const A wc = ch.w ? Convert<T>::to_acc(ch.w[0]) : A(1), bc = ch.b ? Convert<T>::to_acc(ch.b[0]) : A(0);
+        using P = param_t<T, Op>;
+        const A wc = ch.w ? Convert<P>::to_acc(ch.w[0]) : A(1), bc = ch.b ? Convert<P>::to_acc(ch.b[0]) : A(0);
         store_held([&](const Vec<T, V>& v, uint32_t) { return scaled_in_channel<Op>(v, rs.scale, rs.shift, wc, bc); });
       } else {
         store_held([&](const Vec<T, V>& v, uint32_t o) {

@@ -59,6 +59,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   using A = acc_t<T>;
   using VT = Vec<T, vec16<T>()>;
   constexpr int V = vec16<T>();
+  using P = param_t<T, Op>;
+  using PV = Vec<P, V>;  // a vector's weights (biases)
   constexpr int GROUPS = BLOCK / TPR;
   constexpr int WARPS_PER_ROW = TPR / 32;
   static_assert(BLOCK % TPR == 0 && TPR % 32 == 0, "rows are held by whole warps");
@@ -80,10 +82,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   // Unclustered kernels of ops without a weight carry no weight code, and skip the edge
   // loops of aligned rows under one branch. The clustered kernel keeps both: its schedule
   // at 64 registers moves with any change (NOTES.md).
-  const T* const w = (Op::kWeighted || CLUSTER) ? a.w : nullptr;
-  const T* const b = Op::kBiased ? a.b : nullptr;
+  const P* const w = (Op::kWeighted || CLUSTER) ? a.w : nullptr;
+  const P* const b = Op::kBiased ? a.b : nullptr;
 #ifdef NORMSCAN_CLUSTERS  // sm_90, where they were measured; on sm_80 one-warp 16-bit rows spill with them
-  constexpr bool W_AHEAD = Op::kWeighted && !Op::kBiased && SNV == 0 && NV <= 4;  // with a bias, it spilled
+  // With a bias, or a float32 weight beside 16-bit rows (twice the registers), it spilled.
+  constexpr bool W_AHEAD = Op::kWeighted && !Op::kBiased && SNV == 0 && NV <= 4 && sizeof(P) == sizeof(T);
   // Weighted fp16 rows take neither hint, and weighted 16-bit rows on 1024 threads load x
   // plainly: the hints' registers spill there.
   constexpr bool CLUSTER_L2_LAST = NORMSCAN_ROWS_CLUSTER_L2_LAST && std::is_same<T, float>::value && !Op::kWeighted;
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     const Share cur = share_of(base);
     VT buf[NV];
     VT edge;
-    VT w_ahead[W_AHEAD ? NV : 1];
+    PV w_ahead[W_AHEAD ? NV : 1];
     if (!PIPELINE) fill_slots(cur.x, cur);
 #pragma unroll
     for (int k = 0; k < NV; ++k)
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
       if (w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0) {
 #pragma unroll
         for (int k = 0; k < NV; ++k)
-          if (has(cur, k)) w_ahead[k] = load_vec<T, V>(w + at(cur, k));
+          if (has(cur, k)) w_ahead[k] = load_params<P, V>(w + at(cur, k));
       }
     }
     if (CLUSTER || cur.edge_count > 0) {
@@ -318,15 +321,16 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     if constexpr (kWritesStats<Op>) {
       if (t == 0 && crank == 0 && cur.row < a.view.outer) write_stat(a, cur.row, RowScale<A>{scale, shift}, sum);
     }
-    const ChannelRow<T> ch = [&] {  // a grouped op's weight and bias (only theirs: the others' code stays)
-      if constexpr (Op::kGrouped) return ChannelRow<T>::at(a, cur.row);
-      else return ChannelRow<T>{};
+    using Channels = ChannelRow<T, false, P>;
+    const Channels ch = [&] {  // a grouped op's weight and bias (only theirs: the others' code stays)
+      if constexpr (Op::kGrouped) return Channels::at(a, cur.row);
+      else return Channels{};
     }();
     const bool w_vec = w != nullptr && reinterpret_cast<uintptr_t>(w + cur.body) % 16 == 0;
     const bool b_vec = b != nullptr && reinterpret_cast<uintptr_t>(b + cur.body) % 16 == 0;
     constexpr int W_SLOTS = W_BATCH > 0 ? W_BATCH : 1;
-    VT w_batch[W_SLOTS];
-    VT b_batch[Op::kBiased ? W_SLOTS : 1];
+    PV w_batch[W_SLOTS];
+    PV b_batch[Op::kBiased ? W_SLOTS : 1];
     // A biased op's batches (its bias beside the weight) start past the register vectors,
     // whose registers they take over: from the first, beside them, they spilled.
     constexpr int FIRST_BATCHED = W_BATCH > 0 && Op::kBiased ? NV : 0;
@@ -343,24 +347,24 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
 #pragma unroll
       for (int i = 0; i < V; ++i) v[i] = scaled_value<Op>(x.v[i], scale, held_shift);
       if (w_vec) {
-        VT wv;
+        PV wv;
         if constexpr (W_AHEAD) wv = w_ahead[k];
         else if (batched(k)) wv = w_batch[k % W_SLOTS];
-        else wv = load_vec<T, V>(w + l);
+        else wv = load_params<P, V>(w + l);
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(wv.v[i]);
+        for (int i = 0; i < V; ++i) v[i] *= Convert<P>::to_acc(wv.v[i]);
       } else if (w != nullptr) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) v[i] *= Convert<T>::to_acc(w[l + i]);
+        for (int i = 0; i < V; ++i) v[i] *= Convert<P>::to_acc(w[l + i]);
       }
       if constexpr (Op::kBiased) {
         if (b_vec) {
-          const VT bv = batched(k) ? b_batch[k % W_SLOTS] : load_vec<T, V>(b + l);
+          const PV bv = batched(k) ? b_batch[k % W_SLOTS] : load_params<P, V>(b + l);
 #pragma unroll
-          for (int i = 0; i < V; ++i) v[i] += Convert<T>::to_acc(bv.v[i]);
+          for (int i = 0; i < V; ++i) v[i] += Convert<P>::to_acc(bv.v[i]);
         } else if (b != nullptr) {
 #pragma unroll
-          for (int i = 0; i < V; ++i) v[i] += Convert<T>::to_acc(b[l + i]);
+          for (int i = 0; i < V; ++i) v[i] += Convert<P>::to_acc(b[l + i]);
         }
       }
       store_vec<T, V, L2_LAST>(cur.y + l, from_acc_vec<T, V>(v));
@@ -374,9 +378,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
 #pragma unroll
         for (int k = k0; k < k0 + BATCH && k < HELD; ++k)
           if (has(cur, k) && batched(k)) {
-            if (w_vec) w_batch[k % W_SLOTS] = load_vec<T, V>(w + at(cur, k));
+            if (w_vec) w_batch[k % W_SLOTS] = load_params<P, V>(w + at(cur, k));
             if constexpr (Op::kBiased) {
-              if (b_vec) b_batch[k % W_SLOTS] = load_vec<T, V>(b + at(cur, k));
+              if (b_vec) b_batch[k % W_SLOTS] = load_params<P, V>(b + at(cur, k));
             }
           }
       }

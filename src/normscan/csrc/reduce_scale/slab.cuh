@@ -199,7 +199,7 @@ __device__ __forceinline__ void slab_scale(const ArgsFor<T, Op>& a, const SlabSp
         Vec<T, W> out;
 #pragma unroll
         for (int i = 0; i < W; ++i) {
-          const A w = WEIGHTED ? Convert<T>::to_acc(a.w[l - u * step + i / M]) : A(1);
+          const A w = WEIGHTED ? Convert<param_t<T, Op>>::to_acc(a.w[l - u * step + i / M]) : A(1);
           out.v[i] = scale_with<Op, WEIGHTED>(v[u].v[i], sc[i % M], sh[i % M], w, false, A(0));
         }
         store_vec<T, W>(W > 1 ? ys + (j - u * stride) * W : ys + yo - u * y_apart, out);

@@ -272,8 +272,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks<T, Op>(Cfg::kMinBlo
 #pragma unroll
             for (int v = 0; v < VI; ++v) out.v[v] = scale_one<Op>(x.v[v], scale[v], shift.v[c][v], a.w, a.b, i + v);
           } else {
-            const A wl = WEIGHTED ? Convert<T>::to_acc(a.w[l]) : A(1);
-            const A bl = biased ? Convert<T>::to_acc(a.b[l]) : A(0);
+            using P = param_t<T, Op>;
+            const A wl = WEIGHTED ? Convert<P>::to_acc(a.w[l]) : A(1);
+            const A bl = biased ? Convert<P>::to_acc(a.b[l]) : A(0);
 #pragma unroll
             for (int v = 0; v < VI; ++v) out.v[v] = scale_with<Op, WEIGHTED>(x.v[v], scale[v], shift.v[c][v], wl, biased, bl);
           }
