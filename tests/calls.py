@@ -7,6 +7,7 @@ import math
 import torch
 
 import normscan
+from normscan import regions
 from normscan.registry import REGISTRY
 
 
@@ -22,9 +23,9 @@ def region(name, x, dim):
     spec = REGISTRY[name]
     if spec.trailing and isinstance(x, torch.Tensor):
         return tuple(x.shape[dim % x.dim():])
-    if spec.region == "num_groups":
+    if isinstance(spec.region, regions.Groups):
         return groups_of(x)
-    return dim if spec.region == "dim" else None
+    return dim if isinstance(spec.region, regions.Dim) else None
 
 
 def required(name, x) -> dict:
@@ -35,15 +36,18 @@ def required(name, x) -> dict:
     if spec.takes("mask"):  # the same for the same shape: calls compare (a non-tensor x: a mask all the same)
         x = x if isinstance(x, torch.Tensor) else torch.empty(len(x))
         out["mask"] = (torch.arange(x.numel(), device=x.device) % 3 != 1).view(x.shape)
-    if spec.region == "batch":
+    if isinstance(spec.region, regions.Batch):
         out.update(running_mean=None, running_var=None, training=True)
     return out
 
 
 def call(name, x, dim, **kwargs):
-    """The public function; the region argument dropped for an op without one."""
+    """The public function; the region argument dropped for an op without one (rms_norm's dim
+    by keyword: its second positional parameter is F.rms_norm's normalized_shape)."""
     spec = REGISTRY[name]
     kwargs = dict(required(name, x), **kwargs)
+    if name == "rms_norm":
+        return normscan.rms_norm(x, dim=dim, **kwargs)
     positional = (region(name, x, dim),) if spec.region_param else ()
     return getattr(normscan, name)(x, *positional, **kwargs)
 

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import normscan
-from normscan import reference, testing
+from normscan import reference
+from normscan.bench import testing
 from normscan.registry import REGISTRY
 
 from calls import call, op_inputs, region, required
@@ -102,14 +103,14 @@ def test_weight_gets_its_gradient_eagerly_in_modules_and_compiled(device):
     """A trained weight learns (normscan refused it until its backward existed)."""
     x = torch.randn(4, 8, device=device)
     w = torch.rand(8, device=device, requires_grad=True)
-    normscan.rms_norm(x, 1, weight=w).square().sum().backward()
+    normscan.rms_norm(x, dim=1, eps=1e-5, weight=w).square().sum().backward()
     expected, = torch.autograd.grad(reference.rms_norm(x, 1, 1e-5, w).square().sum(), w)
     torch.testing.assert_close(w.grad, expected)
-    m = normscan.RMSNorm(8, elementwise_affine=True).to(device)
+    m = normscan.RMSNorm(8).to(device)
     m(x).sum().backward()
     assert m.weight.grad is not None and m.weight.grad.shape == (8,)
     w.grad = None
-    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, 1, weight=w).square().sum(), fullgraph=True)
+    compiled = torch.compile(lambda x, w: normscan.rms_norm(x, dim=1, eps=1e-5, weight=w).square().sum(), fullgraph=True)
     compiled(x, w).backward()
     torch.testing.assert_close(w.grad, expected)
 
@@ -179,7 +180,7 @@ def test_compiled_model_backward_has_no_graph_break():
     w = torch.rand(64, device="cuda", requires_grad=True)
 
     def f(x, w, ops=normscan):
-        return ops.cumprod(ops.l1_normalize(ops.rms_norm(x, -1, 1e-5, w), 1), 1).sum() + \
+        return ops.cumprod(ops.l1_normalize(ops.rms_norm(x, dim=-1, eps=1e-5, weight=w), 1), 1).sum() + \
             ops.cumsum(ops.l2_normalize(x, 0), 0, reverse=True).sum()
 
     compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(x, w), (x, w))

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import normscan
-from normscan import _build, backward, reference, testing, view
+from normscan import _build, backward, reference, view
+from normscan.bench import testing
 from normscan.registry import REGISTRY
 
 from calls import op_inputs, region
@@ -435,7 +436,7 @@ def test_weighted_backward_runs_in_a_cuda_graph(name):
         params.append(torch.randn(n, device="cuda").requires_grad_())
 
     def grads():
-        y = normscan.rms_norm(x, 1, 1e-5, params[0]) if name == "rms_norm" else \
+        y = normscan.rms_norm(x, dim=1, eps=1e-5, weight=params[0]) if name == "rms_norm" else \
             normscan.layer_norm(x, (n,), *params)
         return torch.autograd.grad(y, [x, *params], g)
     stream = torch.cuda.Stream()
@@ -478,7 +479,7 @@ def test_weight_gradient_is_deterministic():
     runs = []
     for _ in range(3):
         w.grad = b.grad = None
-        normscan.rms_norm(x, -1, weight=w).backward(g)
+        normscan.rms_norm(x, dim=-1, weight=w).backward(g)
         normscan.layer_norm(x, (1024,), weight=w, bias=b).backward(g)
         runs.append((w.grad.clone(), b.grad.clone()))
     assert all(torch.equal(runs[0][i], r[i]) for r in runs[1:] for i in range(2))
@@ -487,7 +488,7 @@ def test_weight_gradient_is_deterministic():
 def test_double_backward_takes_the_differentiable_composite():
     x = torch.randn(4, 33, device="cuda", dtype=torch.float64, requires_grad=True)
     w = torch.rand(33, device="cuda", dtype=torch.float64, requires_grad=True)
-    for fn in (lambda x, w: normscan.rms_norm(x, -1, weight=w), lambda x, w: normscan.l1_normalize(x, -1) * w,
+    for fn in (lambda x, w: normscan.rms_norm(x, dim=-1, weight=w), lambda x, w: normscan.l1_normalize(x, -1) * w,
                lambda x, w: normscan.cumsum(x, 1, reverse=True) * w):
         assert torch.autograd.gradgradcheck(fn, (x, w))
 
@@ -500,7 +501,7 @@ def test_eager_backward_uses_the_fused_kernels(monkeypatch):
     x = torch.randn(64, 1024, device="cuda", requires_grad=True)
     w = torch.rand(1024, device="cuda", requires_grad=True)
     b = torch.randn(1024, device="cuda", requires_grad=True)
-    (normscan.rms_norm(x, -1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum() +
+    (normscan.rms_norm(x, dim=-1, weight=w).sum() + normscan.l2_normalize(x, -1).sum() + normscan.cumsum(x, 1).sum() +
      normscan.cumprod(x, 1).sum() + (normscan.softmax(x, -1) * x).sum() + normscan.log_softmax(x, -1).square().sum() +
      normscan.layer_norm(x, (1024,), weight=w, bias=b).square().sum()).backward()
     assert x.grad is not None and w.grad is not None and b.grad is not None

@@ -2,7 +2,7 @@
 
 import torch
 
-from normscan import catalogue
+from normscan.bench import catalogue
 
 
 def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
@@ -37,7 +37,7 @@ def test_floors_reread_only_statistics_over_l2():
 def test_host_time_cases_time_ours_against_pytorchs_op():
     """The main job's host-time rows (issue #22's table): each case's two calls give one answer,
     and the timer gives a median within its min and max, each way."""
-    from normscan import timing
+    from normscan.bench import timing
 
     cases = catalogue.host_time_cases("cpu")
     assert [c[0] for c in cases] == ["rms_norm 1x4096 bf16", "rms_norm+w 1x4096 bf16", "l2_normalize 8x4096 fp32",

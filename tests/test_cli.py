@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from normscan import catalogue, cli, timing
-from normscan.cli import bench, device_log, env
+from normscan.bench import catalogue, cli, timing
+from normscan.bench.cli import bench, device_log, env
 from normscan.registry import REGISTRY
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
@@ -86,7 +86,7 @@ def test_bench_training_without_gpu_times_the_backward_and_checks_the_gradients(
 
 def test_training_entries_of_every_op_count_their_backwards_bytes():
     """`bench --training` without --ops: every op's entries, with their byte floors."""
-    from normscan import catalogue
+    from normscan.bench import catalogue
     entries = catalogue.training_entries(None, [torch.float32, torch.bfloat16])
     assert {e.op for e in entries} >= {"rms_norm", "l2_normalize", "cumsum", "cumprod", "masked_cumsum"}
     for e in entries:
@@ -136,7 +136,7 @@ def test_build_without_gpu_says_where_to_build():
 
 
 def test_build_takes_each_ops_forward_and_its_fused_backward():
-    from normscan.cli import build
+    from normscan.bench.cli import build
     from normscan.registry import REGISTRY
 
     ids = {name: REGISTRY[name].op_id for name in REGISTRY}

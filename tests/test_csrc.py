@@ -182,7 +182,7 @@ def test_module_source_compiles(extension, tmp_path):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_float32_only_export_source_compiles(family, tmp_path):
     """What an exported KernelBench file compiles (one op, float32, no fp16 header): to PTX."""
-    from normscan.cli import export
+    from normscan.bench.cli import export
 
     spec = next(s for s in REGISTRY.values() if s.family.name == family)
     src = tmp_path / f"{family}_f32.cu"

@@ -27,7 +27,7 @@ def test_every_environment_variable_read_is_documented():
 
 
 def test_command_defaults_are_the_documented_ones():
-    from normscan.cli import bench
+    from normscan.bench.cli import bench
 
     readme = (ROOT / "README.md").read_text()
     assert f"(default `./{bench.DEFAULT_OUT}`)" in readme

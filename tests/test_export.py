@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from normscan.cli import export
-from normscan.problems import all_problems
+from normscan.bench.cli import export
+from normscan.bench.problems import all_problems
 
 PROBLEMS = all_problems()
 
@@ -38,7 +38,7 @@ def test_problems_are_the_declared_ones():
     assert PROBLEMS["92_cumsum_exclusive"].kwargs() == {"dim": 1, "exclusive": True}
     assert PROBLEMS["37_FrobeniusNorm_"].kwargs() == {}
     assert PROBLEMS["40_LayerNorm"].kwargs() == {"normalized_shape": (64, 256, 256)}
-    from normscan import catalogue  # floors: x read twice where every element comes first (over L2)
+    from normscan.bench import catalogue  # floors: x read twice where every element comes first (over L2)
     entries = {e.label: e for e in catalogue.kernelbench_entries()}
     assert {name: entries[name].tensors for name in ["37_FrobeniusNorm_", "33_BatchNorm", "34_InstanceNorm",
                                                      "35_GroupNorm_"]} == \

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from normscan import testing
+from normscan.bench import testing
 
 CASES = testing.cases(huge=os.environ.get("NORMSCAN_TEST_HUGE", "1") != "0")
 

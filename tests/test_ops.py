@@ -12,22 +12,39 @@ import torch
 import torch.nn.functional as F
 
 import normscan
-from normscan import _build, ops, reference, view
+from normscan import _build, ops, reference, regions, view
 from normscan.registry import REGISTRY, declare
 
-from calls import call, op_inputs, region
+from calls import call, op_inputs, region, required
 
 ALL_OPS = list(REGISTRY)
-DIM_OPS = [name for name, spec in REGISTRY.items() if spec.region == "dim"]  # those that take a dim
+DIM_OPS = [name for name, spec in REGISTRY.items() if isinstance(spec.region, regions.Dim)]  # those that take a dim
 
 
 @pytest.mark.parametrize("name", ALL_OPS)
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8])
 def test_unsupported_dtype_names_given_and_supported(name, dtype):
+    """Integer and bool x are the scans' (PyTorch's own op answers), complex no op's."""
+    if REGISTRY[name].integers and not dtype.is_complex:
+        return
     with pytest.raises(TypeError) as err:
         call(name, torch.ones(3, 4, dtype=dtype), 1)
     msg = str(err.value)
     assert name in msg and str(dtype) in msg and "float32, float16, bfloat16, float64" in msg
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "masked_cumsum"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8])
+@pytest.mark.parametrize("flags", [{}, {"reverse": True, "exclusive": True}])
+def test_scans_of_integers_give_pytorchs_answer(name, dtype, flags):
+    """Position ids, counts: PyTorch's own op's answer (an int64 result), its flags too."""
+    x = torch.randint(0, 3, (4, 7)).to(dtype)
+    got = call(name, x, 1, **flags)
+    expected = REGISTRY[name].expression(x, 1, *REGISTRY[name].args(dict(required(name, x), **flags)))
+    assert got.dtype == expected.dtype == torch.int64 and torch.equal(got, expected)
+    if not flags:
+        theirs = torch.cumprod(x, 1) if name == "cumprod" else torch.cumsum(x * required(name, x).get("mask", 1), 1)
+        assert torch.equal(got, theirs)
 
 
 @pytest.mark.parametrize("name", DIM_OPS)
@@ -86,13 +103,13 @@ def test_non_tensor_is_named(name):
 
 def test_eps_is_taken_as_f_rms_norm_takes_it():
     x = torch.randn(3, 4)
-    torch.testing.assert_close(normscan.rms_norm(x, 1, eps=None),
+    torch.testing.assert_close(normscan.rms_norm(x, dim=1, eps=None),
                                reference.rms_norm(x, 1, torch.finfo(torch.float32).eps))
     for eps in [True, 1, np.float32(1e-3), torch.tensor(1e-3)]:  # as F.rms_norm accepts them
-        torch.testing.assert_close(normscan.rms_norm(x, 1, eps=eps), reference.rms_norm(x, 1, float(eps)))
+        torch.testing.assert_close(normscan.rms_norm(x, dim=1, eps=eps), reference.rms_norm(x, 1, float(eps)))
     for bad in ["a", [1e-5], 1j]:
         with pytest.raises(TypeError, match=r"normscan.rms_norm: eps must be a real number or None, got "):
-            normscan.rms_norm(x, 1, eps=bad)
+            normscan.rms_norm(x, dim=1, eps=bad)
 
 
 @pytest.mark.parametrize("name", ["cumsum", "cumprod"])
@@ -107,21 +124,36 @@ def test_scan_flags_must_be_bools(name, flag):
 
 
 def test_unsupported_device_is_explained():
-    x = torch.randn(3, 4, device="meta")
-    with pytest.raises(ValueError, match="device meta is not supported; use a CUDA tensor"):
+    class ElsewhereTensor(torch.Tensor):  # a tensor that says it lives on a device no kernel serves
+        device = torch.device("xpu")
+
+    x = torch.randn(3, 4).as_subclass(ElsewhereTensor)
+    with pytest.raises(ValueError, match="device xpu:?0? is not supported; use a CUDA tensor"):
         normscan.l2_normalize(x, 1)
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_meta_tensors_give_shapes_as_pytorchs_ops_do(name):
+    """Meta-device model initialisation and shape inference: the output's shape, dtype and
+    layout, no data; a module built on the meta device runs there."""
+    x = torch.empty(3, 4, 5, device="meta").transpose(1, 2)
+    y = call(name, x, 1)
+    assert y.device.type == "meta" and y.shape == x.shape and y.dtype == x.dtype and y.stride() == x.stride()
+    with torch.device("meta"):
+        m = normscan.LayerNorm(8)
+    assert m(torch.empty(2, 8, device="meta")).shape == (2, 8)
 
 
 def test_weight_errors_are_actionable():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
-        normscan.rms_norm(x, 1, weight=torch.ones(7))
+        normscan.rms_norm(x, dim=1, weight=torch.ones(7))
     with pytest.raises(TypeError, match="pass weight.to"):
-        normscan.rms_norm(x, 1, weight=torch.ones(8, dtype=torch.float64))
+        normscan.rms_norm(x, dim=1, weight=torch.ones(8, dtype=torch.float64))
     with pytest.raises(TypeError, match="weight must be a torch.Tensor or None"):
-        normscan.rms_norm(x, 1, weight=[1.0] * 8)
+        normscan.rms_norm(x, dim=1, weight=[1.0] * 8)
     w = torch.rand(8)
-    torch.testing.assert_close(normscan.rms_norm(x, 1, weight=w), reference.rms_norm(x, 1, 1e-5, w))
+    torch.testing.assert_close(normscan.rms_norm(x, dim=1, weight=w), reference.rms_norm(x, 1, None, w))
 
 
 def test_parameter_dtypes_are_pytorchs_mixed_precision_ones():
@@ -150,7 +182,7 @@ def test_cpu_path_is_the_reference(dtype, dim):
     wide = reference.in_float32
     torch.testing.assert_close(normscan.l2_normalize(x, dim), wide(reference.l2_normalize)(x, dim))
     torch.testing.assert_close(normscan.l1_normalize(x, dim), wide(reference.l1_normalize)(x, dim))
-    torch.testing.assert_close(normscan.rms_norm(x, dim, 1e-5), wide(reference.rms_norm)(x, dim, 1e-5))
+    torch.testing.assert_close(normscan.rms_norm(x, dim=dim, eps=1e-5), wide(reference.rms_norm)(x, dim, 1e-5))
     torch.testing.assert_close(normscan.cumsum(x, dim), torch.cumsum(x, dim))
     torch.testing.assert_close(normscan.cumprod(x, dim), torch.cumprod(x, dim))
 
@@ -160,7 +192,7 @@ def test_cpu_16_bit_accumulates_in_float32_as_the_kernels_do(dtype):
     """PyTorch's own fp16 x ** 2 overflows above 256: the expression in fp16 gives zeros."""
     x = torch.tensor([[300.0, 1.0, 2.0, -400.0]], dtype=dtype)
     expected = reference.rms_norm(x.double(), 1, 1e-5).to(dtype)
-    got = normscan.rms_norm(x, 1)
+    got = normscan.rms_norm(x, dim=1)
     assert got.dtype == dtype and torch.equal(got, expected), (got, expected)
     torch.testing.assert_close(normscan.l2_normalize(x, 1), reference.l2_normalize(x.double(), 1).to(dtype))
     if dtype == torch.float16:
@@ -202,42 +234,61 @@ def test_softmax_dtype_converts_x_first_as_torch_does(name, device):
 
 
 def test_zero_d_rms_norm_with_a_weight():
-    y = normscan.rms_norm(torch.tensor(2.5), 0, weight=torch.tensor([2.0]))
+    y = normscan.rms_norm(torch.tensor(2.5), dim=0, eps=1e-5, weight=torch.tensor([2.0]))
     assert y.shape == () and abs(y.item() - 2 * 2.5 / (2.5**2 + 1e-5) ** 0.5) < 1e-6
 
 
-def test_public_functions_have_their_declared_signature_and_doc():
+def test_public_functions_have_their_references_signature_and_their_doc():
+    """Each op's arguments are its reference's (the custom op's order); rms_norm's public form
+    is F.rms_norm's, with its dim form by keyword."""
     for name, spec in REGISTRY.items():
         fn = getattr(normscan, name)
         assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc
         second = [spec.region_param] if spec.region_param else []
+        if name == "rms_norm":
+            assert list(inspect.signature(fn).parameters) == ["x", "normalized_shape", "weight", "eps", "dim"]
+            assert inspect.signature(fn).parameters["dim"].kind is inspect.Parameter.KEYWORD_ONLY
+            continue
         assert list(inspect.signature(fn).parameters) == ["x", *second, *spec.params]
+        assert list(inspect.signature(spec.reference).parameters) == ["x", *second, *spec.params]
     assert inspect.signature(normscan.cumsum).parameters["reverse"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
+def test_rms_norm_takes_f_rms_norms_form_or_an_explicit_dim():
+    """F.rms_norm(x, normalized_shape, weight, eps) as it is (one dim or several; an int too);
+    dim= for one dim of any tensor; neither or both refused (no default picks a dim)."""
+    x = torch.randn(2, 3, 4, 6)
+    w = torch.rand(4, 6) + 0.5
+    for shape, weight in [((6,), w[0]), ([4, 6], w), (torch.Size([3, 4, 6]), None)]:
+        torch.testing.assert_close(normscan.rms_norm(x, shape, weight, 1e-5), F.rms_norm(x, shape, weight, 1e-5))
+    torch.testing.assert_close(normscan.rms_norm(x, 6, w[0]), F.rms_norm(x, (6,), w[0]))  # one int, as layer_norm's
+    torch.testing.assert_close(normscan.rms_norm(x, (6,)), F.rms_norm(x, (6,)))  # eps None: finfo's, as F's
+    v = torch.rand(3, 6) + 0.5
+    torch.testing.assert_close(normscan.rms_norm(x.transpose(1, 2), (3, 6), v),
+                               F.rms_norm(x.transpose(1, 2), (3, 6), v))  # last dims that do not merge: copied
+    torch.testing.assert_close(normscan.rms_norm(x, dim=1, eps=1e-5), reference.rms_norm(x, 1, 1e-5))
+    with pytest.raises(TypeError, match="pass normalized_shape .* or dim= .*; neither was given"):
+        normscan.rms_norm(x)
+    with pytest.raises(TypeError, match="; both was given"):
+        normscan.rms_norm(x, (6,), dim=-1)
+    with pytest.raises(ValueError, match=re.escape("weight must have shape (4, 6) (normalized_shape), got (6,)")):
+        normscan.rms_norm(x, (4, 6), w[0])
+    with pytest.raises(ValueError, match=re.escape("normalized_shape [5] must be x's last dims")):
+        normscan.rms_norm(x, (5,))
+
+
 def test_a_declaration_outside_the_conventions_is_refused():
-    with pytest.raises(TypeError, match=r"an op's parameters are \(x, dim or normalized_shape or num_groups, then any "
-                                        r"of eps, weight"):
-        @declare(family="scan", functor="SumOp", reference=reference.cumsum)
-        def bad(x, dim, alpha=1.0):
-            """-"""
-    with pytest.raises(TypeError, match=r"or \(x, then those\) for an op of a region without a parameter \(whole, "
-                                        r"instance, batch\)"):
-        @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize)
-        def bad1(x, axis=0):
-            """-"""
-    with pytest.raises(TypeError, match=r"region without a parameter"):  # a region named by a parameter it lacks
-        @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize, region="dim")
-        def bad3(x):
-            """-"""
-    with pytest.raises(ValueError, match="region 'rows' is none of dim, normalized_shape"):
-        @declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize, region="rows")
-        def bad4(x):
-            """-"""
+    def stub(x):
+        """-"""
+    with pytest.raises(TypeError, match=r"a reference's parameters are \(x, dim, then any of eps, weight"):
+        declare(stub, family="scan", functor="SumOp", reference=lambda x, dim, alpha=1.0: x, region=regions.Dim())
+    with pytest.raises(TypeError, match=r"a reference's parameters are \(x, then any of"):
+        declare(stub, family="reduce_scale", functor="L2NormOp", reference=lambda x, axis=0: x, region=regions.Whole())
+    with pytest.raises(TypeError, match=r"a reference's parameters are \(x, dim, "):  # a region its reference lacks
+        declare(stub, family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize,
+                region=regions.Dim())
     with pytest.raises(ValueError, match="lists no functor NoSuchOp"):
-        @declare(family="scan", functor="NoSuchOp", reference=reference.cumsum)
-        def bad2(x, dim, reverse=False, exclusive=False):
-            """-"""
+        declare(stub, family="scan", functor="NoSuchOp", reference=reference.cumsum, region=regions.Dim())
 
 
 def test_row_stats_are_declared_where_the_functor_writes_them():
@@ -259,7 +310,7 @@ def test_fake_tensor_shapes_and_strides():
             y = spec.custom_op(*op_inputs(name, x, 3))
             if spec.has_stats:  # and the batch's statistics: (mean, squared deviations) a channel
                 y, stats = y
-                assert stats.shape == (4 if spec.region == "batch" else 8, 2) and stats.dtype == torch.float32, name
+                assert stats.shape == (4 if isinstance(spec.region, regions.Batch) else 8, 2) and stats.dtype == torch.float32, name
             elif spec.row_stats:  # and each row's (of x's last dim: 2 * 4 * 5 rows)
                 y, stats = y
                 assert stats.shape == (40, 2) and stats.dtype == torch.float32, name
@@ -294,7 +345,7 @@ def opcheck_samples(device: str):
                 yield name, op_inputs(name, zero_d, 0)
                 rows = torch.randn(3, 40, dtype=dtype, device=device)  # the contiguous dim: the row kernels
                 yield name, op_inputs(name, rows, -1)
-            if spec.region != "instance":  # (6, 5): its statistics would be of one element
+            if not isinstance(spec.region, regions.Instances):  # (6, 5): its statistics would be of one element
                 x = torch.randn(6, 9, dtype=dtype, device=device)[:, ::2]
                 yield name, op_inputs(name, x, 1)
 
@@ -338,7 +389,7 @@ def test_opcheck_every_op_on_cuda():
 @pytest.mark.gpu
 def test_torch_compile_fullgraph_no_graph_break():
     def f(x, w):
-        return normscan.cumsum(normscan.rms_norm(normscan.l2_normalize(x, 1) * 2, -1, 1e-5, w), 0) + \
+        return normscan.cumsum(normscan.rms_norm(normscan.l2_normalize(x, 1) * 2, dim=-1, eps=1e-5, weight=w), 0) + \
             normscan.cumprod(normscan.l1_normalize(x, 0), 1, reverse=True)
 
     x = torch.randn(64, 256, device="cuda")
@@ -368,18 +419,23 @@ def test_eager_call_overhead_is_small():
     assert ours_us < max(eager_us, 30.0)
 
 
-FAST_OPS = [name for name, spec in REGISTRY.items() if spec.fast]
+FAST_OPS = ["l2_normalize", "l1_normalize", "rms_norm", "softmax", "log_softmax", "cumprod", "cumsum"]
 
 
 def test_the_fast_path_serves_every_op_over_one_dim_but_masked_cumsum():
-    assert FAST_OPS == ["l2_normalize", "l1_normalize", "rms_norm", "softmax", "log_softmax", "cumprod", "cumsum"]
+    """Its public function calls its family's fast path (registry.reduce_scale_fast, scan_fast)."""
+    fast = [name for name, spec in REGISTRY.items()
+            if f"{spec.family.name}_fast(" in inspect.getsource(getattr(normscan, name))]
+    assert fast == FAST_OPS
 
 
 def _fast_args(name, x, dim, weight=None, eps=None):
-    """The <family>_contiguous entry's arguments for the op (registry.Family.fast_args)."""
+    """The <family>_contiguous entry's arguments for the op: (x, dim, op, eps, weight) or
+    (x, dim, op, reverse, exclusive)."""
     spec = REGISTRY[name]
-    given = {"weight": weight, "eps": eps if spec.takes("eps") else 0.0}
-    return (x, dim, spec.op_id, *(given.get(n, False) for n in spec.family.fast_args))
+    if spec.family.name == "scan":
+        return x, dim, spec.op_id, False, False
+    return x, dim, spec.op_id, eps if spec.takes("eps") else 0.0, weight
 
 
 @pytest.mark.gpu
@@ -408,7 +464,7 @@ def test_fast_path_gives_the_checked_paths_bits(name, dtype, monkeypatch):
             expected.append((x, dim, k, spec.launch(cx, cdim, *cargs)))
     monkeypatch.setattr(view, "prepare", lambda *a, **k: pytest.fail("the fast path fell back to view.prepare"))
     for x, dim, k, checked in expected:
-        y = getattr(normscan, name)(x, dim, **k)
+        y = call(name, x, dim, **k)
         assert y.stride() == checked.stride(), (x.shape, dim, k)
         torch.testing.assert_close(y, checked, rtol=0, atol=0, equal_nan=True, msg=f"{tuple(x.shape)} dim {dim} {k}")
 
@@ -467,12 +523,12 @@ def test_fast_path_declines_what_it_does_not_take(name):
 
 @pytest.mark.gpu
 def test_a_modules_parameter_weight_takes_the_fast_path_where_no_gradient_is_wanted(monkeypatch):
-    """RMSNorm(elementwise_affine=True) passes its nn.Parameter: under no_grad and
+    """RMSNorm passes its nn.Parameter weight: under no_grad and
     inference_mode the call stays in C++; with gradients wanted it takes the checked path."""
     from normscan import _build
 
     _build.load("reduce_scale", REGISTRY["rms_norm"].op_id)
-    m = normscan.RMSNorm(64, dim=-1, elementwise_affine=True).cuda()
+    m = normscan.RMSNorm(64, eps=1e-5).cuda()
     x = torch.randn(8, 64, device="cuda")
     with torch.no_grad():
         m.weight.uniform_(0.5, 1.5)
@@ -490,7 +546,7 @@ def test_a_modules_parameter_weight_takes_the_fast_path_where_no_gradient_is_wan
 @pytest.mark.gpu
 def test_output_keeps_channels_last_layout():
     x = torch.randn(2, 16, 5, 7, device="cuda").to(memory_format=torch.channels_last)
-    y = normscan.rms_norm(x, 1)
+    y = normscan.rms_norm(x, dim=1)
     assert y.stride() == x.stride()
     torch.testing.assert_close(y, reference.rms_norm(x, 1))
 
@@ -573,3 +629,61 @@ def test_binding_refuses_what_the_kernels_cannot_take():
     with pytest.raises(RuntimeError, match="mask must be a bool tensor, or one of x's dtype, on x's device"):
         ext("masked_cumsum").scan(x, y, REGISTRY["masked_cumsum"].op_id, v, False, False,
                                   torch.ones_like(x, dtype=torch.int32))
+
+
+def _autocast_inputs(name, device, dtype):
+    x = torch.randn(4, 6, 5, device=device, dtype=dtype)
+    spec = REGISTRY[name]
+    given = dict(required(name, x))
+    if spec.takes("weight"):  # mixed precision's float32 parameters
+        shape, _ = spec.param_shape(tuple(x.shape), region(name, x, 1))
+        given["weight"] = torch.rand(shape, device=device) + 0.5
+        if spec.takes("bias"):
+            given["bias"] = torch.randn(shape, device=device)
+    return x, given
+
+
+@pytest.mark.parametrize("name", ALL_OPS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_autocast_gives_the_dtype_pytorchs_expression_gives(name, dtype, device):
+    """Inside torch.autocast each op's output has the dtype its reference expression (PyTorch's
+    own ops) has there: on CUDA float32 for those whose PyTorch ops autocast runs in float32
+    (layer_norm, rms_norm, group_norm, norm, the softmaxes, the scans), x's dtype for the
+    others; on the CPU, whose autocast lists none of them, x's. Eagerly and compiled; the values
+    those of the op on the inputs cast as autocast casts them."""
+    spec = REGISTRY[name]
+    x, given = _autocast_inputs(name, device, dtype)
+    value = region(name, x, 1)
+    torch.compiler.reset()  # one compiled function of each op (the tests share its code)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        expected = spec.expression(x, value, *spec.args(given))
+        got = call(name, x, 1, **given)
+        compiled = torch.compile(lambda t: call(name, t, 1, **given), fullgraph=True)(x)
+    assert got.dtype == compiled.dtype == expected.dtype, (name, got.dtype, compiled.dtype, expected.dtype)
+    if device == "cuda" and dtype == torch.bfloat16:  # the declaration says it (ops.py)
+        assert (spec.autocast is not None) == (expected.dtype == FP32), name
+    cast = {k: v.to(got.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() and got.dtype == FP32 else v
+            for k, v in given.items()}
+    torch.testing.assert_close(got, call(name, x.to(got.dtype), 1, **cast))
+    torch.testing.assert_close(compiled, got)
+
+
+FP32 = torch.float32
+
+
+def test_export_records_normscan_ops():
+    """torch.export on the CPU records normscan's custom ops (not the reference's aten ops), so
+    that a model exported there keeps the kernels on a GPU."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.rms = normscan.LayerNorm(8), normscan.RMSNorm(8)
+
+        def forward(self, x):
+            return normscan.cumsum(normscan.softmax(self.rms(self.norm(x)), -1), 0)
+
+    graph = torch.export.export(Block(), (torch.randn(4, 8),)).graph
+    called = [str(n.target) for n in graph.nodes if n.op == "call_function" and "getitem" not in str(n.target)]
+    assert called == ["normscan.layer_norm.default", "normscan.rms_norm.default", "normscan.softmax.default",
+                      "normscan.cumsum.default"]

@@ -9,7 +9,7 @@ from normscan import reference
 def test_zero_rows_and_scan_flags():
     x = torch.zeros(2, 3)
     assert reference.l2_normalize(x).isnan().all()
-    assert reference.rms_norm(x, eps=0.0).isnan().all()
+    assert reference.rms_norm(x, 1, eps=0.0).isnan().all()
     v = torch.tensor([[2.0, 3.0, 4.0]])
     assert reference.cumprod(v, 1, exclusive=True).tolist() == [[1.0, 2.0, 6.0]]
     assert reference.cumprod(v, 1, reverse=True).tolist() == [[24.0, 12.0, 4.0]]

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from normscan import testing
+from normscan import regions
+from normscan.bench import testing
 from normscan.registry import REGISTRY
 
 
@@ -25,7 +26,7 @@ def test_every_op_gets_its_familys_cases_and_its_own_flags():
             continue
         if spec.grouped:  # (N, C, *): shapes, layouts, weight and bias, running statistics, special values
             assert len(mine) > 60 and any(c.with_weight for c in mine), name
-            assert all(isinstance(c.dim, int) for c in mine) if spec.region == "num_groups" else \
+            assert all(isinstance(c.dim, int) for c in mine) if isinstance(spec.region, regions.Groups) else \
                 all(c.dim is None for c in mine) and any(c.with_running for c in mine), name
             assert any("channels_last" in c.name for c in mine), name
             continue

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from normscan import timing
-from normscan.cli import bench
+from normscan.bench import timing
+from normscan.bench.cli import bench
 
 
 def markdown(path: Path) -> str:

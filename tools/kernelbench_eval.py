@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from normscan.cli import export
+from normscan.bench.cli import export
 
 MODULES = ["eval", "timing", "dataset", "kernel_static_checker"]
 UTILS = '''"""Stands in for KernelBench's utils (normscan's tools/kernelbench_eval.py): eval.py's one import."""

@@ -30,15 +30,15 @@ from pathlib import Path
 BACKWARD = "torch.autograd.grad({call}, (x, w), g)"
 CASES = {
     # name: (call, shape, dtype) -- one call each; w is a weight over the last dim
-    "rms+w rows bf16 (1024, 65536)": ("normscan.rms_norm(x, 1, weight=w)", (1024, 65536), "bfloat16"),
-    "rms+w rows fp32 (256, 262144)": ("normscan.rms_norm(x, 1, weight=w)", (256, 262144), "float32"),
+    "rms+w rows bf16 (1024, 65536)": ("normscan.rms_norm(x, dim=1, weight=w)", (1024, 65536), "bfloat16"),
+    "rms+w rows fp32 (256, 262144)": ("normscan.rms_norm(x, dim=1, weight=w)", (256, 262144), "float32"),
     "quack rms+w rows bf16 (1024, 65536)": ("quack_rmsnorm(x, weight=w)", (1024, 65536), "bfloat16"),
     "quack rms+w rows fp32 (256, 262144)": ("quack_rmsnorm(x, weight=w)", (256, 262144), "float32"),
-    "rms dim=1 fp32 (16, 256, 128, 128)": ("normscan.rms_norm(x, 1)", (16, 256, 128, 128), "float32"),
-    "rms dim=1 bf16 (16, 256, 128, 128)": ("normscan.rms_norm(x, 1)", (16, 256, 128, 128), "bfloat16"),
-    "rms dim=1 bf16 (8, 1024, 64, 64)": ("normscan.rms_norm(x, 1)", (8, 1024, 64, 64), "bfloat16"),
-    "rms dim=1 bf16 (112, 3, 512, 512)": ("normscan.rms_norm(x, 1)", (112, 3, 512, 512), "bfloat16"),
-    "rms dim=1 fp32 (112, 3, 512, 512)": ("normscan.rms_norm(x, 1)", (112, 3, 512, 512), "float32"),
+    "rms dim=1 fp32 (16, 256, 128, 128)": ("normscan.rms_norm(x, dim=1)", (16, 256, 128, 128), "float32"),
+    "rms dim=1 bf16 (16, 256, 128, 128)": ("normscan.rms_norm(x, dim=1)", (16, 256, 128, 128), "bfloat16"),
+    "rms dim=1 bf16 (8, 1024, 64, 64)": ("normscan.rms_norm(x, dim=1)", (8, 1024, 64, 64), "bfloat16"),
+    "rms dim=1 bf16 (112, 3, 512, 512)": ("normscan.rms_norm(x, dim=1)", (112, 3, 512, 512), "bfloat16"),
+    "rms dim=1 fp32 (112, 3, 512, 512)": ("normscan.rms_norm(x, dim=1)", (112, 3, 512, 512), "float32"),
     "cumsum dim=1 fp32 (1024, 4096, 2)": ("normscan.cumsum(x, 1)", (1024, 4096, 2), "float32"),
     "cumsum dim=1 fp32 (16, 32768, 32)": ("normscan.cumsum(x, 1)", (16, 32768, 32), "float32"),
     "cumsum dim=1 fp32 (8, 16384, 64)": ("normscan.cumsum(x, 1)", (8, 16384, 64), "float32"),
@@ -60,17 +60,17 @@ CASES = {
     # layer_norm + w's rows of 1024 (#20: 87-95% of copy on the H200) beside rms_norm + w's
     # (the same kernel, 99-100%).
     "layer_norm+w rows bf16 (65536, 1024)": ("normscan.layer_norm(x, (1024,), weight=w)", (65536, 1024), "bfloat16"),
-    "rms+w rows bf16 (65536, 1024)": ("normscan.rms_norm(x, 1, weight=w)", (65536, 1024), "bfloat16"),
+    "rms+w rows bf16 (65536, 1024)": ("normscan.rms_norm(x, dim=1, weight=w)", (65536, 1024), "bfloat16"),
     "layer_norm+w rows fp32 (65536, 1024)": ("normscan.layer_norm(x, (1024,), weight=w)", (65536, 1024), "float32"),
-    "rms+w rows fp32 (65536, 1024)": ("normscan.rms_norm(x, 1, weight=w)", (65536, 1024), "float32"),
+    "rms+w rows fp32 (65536, 1024)": ("normscan.rms_norm(x, dim=1, weight=w)", (65536, 1024), "float32"),
     # Backward (#19): the forward once more under the profiler, then the backward's kernels.
     "backward layer_norm+w bf16 (8192, 32768)": (BACKWARD.format(call="normscan.layer_norm(x, (32768,), weight=w)"),
                                                  (8192, 32768), "bfloat16"),
-    "backward rms+w bf16 (1024, 65536)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (1024, 65536),
+    "backward rms+w bf16 (1024, 65536)": (BACKWARD.format(call="normscan.rms_norm(x, dim=1, weight=w)"), (1024, 65536),
                                           "bfloat16"),
-    "backward rms+w bf16 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (4096, 16384),
+    "backward rms+w bf16 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, dim=1, weight=w)"), (4096, 16384),
                                           "bfloat16"),
-    "backward rms+w fp32 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, 1, weight=w)"), (4096, 16384),
+    "backward rms+w fp32 (4096, 16384)": (BACKWARD.format(call="normscan.rms_norm(x, dim=1, weight=w)"), (4096, 16384),
                                           "float32"),
 }
 RUN = """

@@ -9,9 +9,10 @@ import time
 import torch
 
 import normscan
-from normscan import _build, catalogue, reference, timing, view
-from normscan.cli import bench
-from normscan.cli.report import print_table
+from normscan import _build, reference, view
+from normscan.bench import catalogue, timing
+from normscan.bench.cli import bench
+from normscan.bench.cli.report import print_table
 from normscan.registry import REGISTRY
 
 

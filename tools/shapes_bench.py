@@ -13,8 +13,10 @@ import math
 
 import torch
 
-from normscan import _build, catalogue, timing
-from normscan.cli.bench import HEADERS, builds_of, ours, print_table, table_rows
+from normscan import _build
+
+from normscan.bench import catalogue, timing
+from normscan.bench.cli.bench import HEADERS, builds_of, ours, print_table, table_rows
 from normscan.registry import REGISTRY
 
 

@@ -42,8 +42,8 @@ for e, op in sorted({builds!r}, key=lambda build: build[0] not in tuned):
 """
 TIMING = r"""
 import json, torch
-from normscan import timing
-from normscan.cli.bench import ours
+from normscan.bench import timing
+from normscan.bench.cli.bench import ours
 from tune import selected_entries
 rounds, training, only = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 entries = selected_entries(only, training)
@@ -71,7 +71,7 @@ def selected_entries(only: list[str], training: str) -> list:
     is empty; "a&b" holds both a and b); the training entries in that mode where `training`
     names one."""
     import torch
-    from normscan import catalogue
+    from normscan.bench import catalogue
 
     dtypes = [torch.float32, torch.bfloat16]
     if training:
@@ -84,7 +84,7 @@ def selected_entries(only: list[str], training: str) -> list:
 def builds(only: list[str], training: str) -> list[tuple[str, int]]:
     """The (extension, op) builds the timed entries run: forward, and backward where gradients
     are timed."""
-    from normscan.cli.bench import builds_of
+    from normscan.bench.cli.bench import builds_of
 
     return builds_of(selected_entries(only, training), bool(training))
 

@@ -27,7 +27,7 @@ OPS = {
     "cumsum": (lambda x, m: normscan.cumsum(x, 1), lambda x, m: torch.cumsum(x, 1)),
     "cumprod": (lambda x, m: normscan.cumprod(x, 1), lambda x, m: torch.cumprod(x, 1)),
     "masked_cumsum": (lambda x, m: normscan.masked_cumsum(x, 1, m), lambda x, m: torch.cumsum(x * m, 1)),
-    "rms_norm": (lambda x, m: normscan.rms_norm(x, 1), lambda x, m: reference.rms_norm(x, 1)),
+    "rms_norm": (lambda x, m: normscan.rms_norm(x, dim=1), lambda x, m: reference.rms_norm(x, 1)),
     "l2_normalize": (lambda x, m: normscan.l2_normalize(x, 1), lambda x, m: torch.nn.functional.normalize(x, dim=1)),
     "softmax": (lambda x, m: normscan.softmax(x, 1), lambda x, m: torch.softmax(x, 1)),
 }

@@ -1,3 +1,3 @@
-from .cli import main
+from .bench.cli import main
 
 raise SystemExit(main())

@@ -1,7 +1,6 @@
-"""nn.Module wrappers of the ops. Their constructors are KernelBench's Model's for each
-problem (RMSNorm's differs from torch.nn.RMSNorm's: see its docstring); LayerNorm,
-GroupNorm, InstanceNorm1d/2d/3d, BatchNorm1d/2d/3d, Softmax and LogSoftmax are torch.nn's
-drop-ins."""
+"""nn.Module wrappers of the ops. RMSNorm, LayerNorm, GroupNorm, InstanceNorm1d/2d/3d,
+BatchNorm1d/2d/3d, Softmax and LogSoftmax are torch.nn's drop-ins; L2Norm, L1Norm,
+FrobeniusNorm, CumProd, CumSum and MaskedCumSum take KernelBench's Model constructors."""
 
 from __future__ import annotations
 
@@ -45,38 +44,12 @@ class L1Norm(nn.Module):
         return f"dim={self.dim}"
 
 
-class RMSNorm(nn.Module):
-    """RMS normalisation over one dim: ``normscan.rms_norm(x, dim, eps, weight)``, with
-    KernelBench 36_RMSNorm_'s constructor ``RMSNorm(num_features, eps=1e-5)``.
-
-    Not torch.nn.RMSNorm's drop-in: that one takes ``normalized_shape`` and normalises over
-    the trailing dims, with eps=None (torch.finfo(x.dtype).eps) and a weight by default. This
-    one normalises over ``dim`` (1 by default: the channels of an NCHW tensor), of
-    ``num_features`` positions (checked against the input), with eps=1e-5 and no weight by
-    default; ``elementwise_affine=True`` gives a weight of ``num_features`` ones. For
-    torch.nn.RMSNorm(n) over the last dim, use ``RMSNorm(n, eps=None, dim=-1,
-    elementwise_affine=True)``.
-    """
-
-    def __init__(self, num_features: int, eps: float | None = 1e-5, dim: int = 1, elementwise_affine: bool = False,
-                 device=None, dtype=None):
-        super().__init__()
-        self.num_features = num_features
-        self.eps = eps
-        self.dim = dim
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.ones(num_features, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+class RMSNorm(nn.RMSNorm):
+    """torch.nn.RMSNorm's drop-in (its constructor, parameters, state_dict and repr):
+    :func:`normscan.rms_norm` over the last ``len(normalized_shape)`` dims."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() and -x.dim() <= self.dim < x.dim() and x.shape[self.dim] != self.num_features:
-            raise ValueError(f"normscan.RMSNorm: built for {self.num_features} features along dim {self.dim}, but "
-                             f"the input has {x.shape[self.dim]} there (shape {tuple(x.shape)})")
-        return ops.rms_norm(x, self.dim, self.eps, self.weight)
-
-    def extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, dim={self.dim}, elementwise_affine={self.weight is not None}"
+        return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
 class FrobeniusNorm(nn.Module):

@@ -1,107 +1,159 @@
-"""normscan's ops, each declared once: its public function's signature and docstring, its
-kernel family and functor, its reference, and its KernelBench problems (registry.py says
-what is derived from a declaration).
+"""normscan's ops: each public function, then its declaration (registry.declare): its kernel
+family and functor, its region and its reference.
 
-Every op but frobenius_normalize, layer_norm and the channel norms (group_norm,
-instance_norm, batch_norm) reduces or scans one dim of any tensor, in one pass over memory
-(layer_norm its last dims; the channel norms their groups of an (N, C, *) tensor, grouped.py):
-float32, float16, bfloat16 (accumulated in fp32) and float64; any rank, dim (negative too) and
-strides. Strided inputs are read where they lie; only a layout whose other dims fold
-into more than two runs of constant stride is copied first. frobenius_normalize reduces every
-element: a dense input (any permutation of contiguous) is read where it lies, any other is
-copied first. The output has x's layout when x is dense, else it is
-contiguous. CPU tensors are computed by the reference expression (16-bit ones in float32).
-Every op is differentiable in x (and in its weight and bias), with PyTorch's semantics: a
-fused backward kernel for the norms, the softmaxes and layer_norm over rows (the reduced
-dims contiguous), for cumsum, and for cumprod over rows, PyTorch's own gradient of the reference
-expression elsewhere (backward.py says where).
+Every op computes PyTorch's expression (reference.py) for float32, float16, bfloat16
+(accumulated in fp32) and float64, any rank, dim and strides, forward and backward, and on
+CUDA in one pass over memory. Strided inputs are read where they lie; only a layout whose
+other dims fold into more than two runs of constant stride is copied first. The output has
+x's layout when x is dense, else it is contiguous. CPU tensors are computed by the reference
+expression (16-bit ones in float32), meta tensors give shapes alone. Each call of an op over
+one dim on a contiguous CUDA tensor with plain arguments and no gradient wanted goes from
+Python to one C++ function that allocates y and launches (the fast path, registry.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import reference
-from .problems import Problem
-from .registry import PUBLIC, declare
+from . import checks, reference, view
+from .regions import Batch, Dim, Groups, Instances, Trailing, Whole
+from .registry import PUBLIC, declare, reduce_scale_fast, scan_fast
 
 __all__ = PUBLIC  # every op declared below
 
-# KernelBench's 38_L1Norm_ and 39_L2Norm_ share their sizes; so do its scans (89-92).
-_KB_ROWS = (32768, 65535)
-_KB_SCAN = (32768, 32768)
+# The ops whose PyTorch counterparts CUDA autocast runs in float32 (its fp32 and fp32_set_opt_dtype
+# lists: layer_norm, rms_norm, group_norm, norm, softmax, log_softmax, cumsum, cumprod) take
+# float32 there too; l1_normalize, instance_norm and batch_norm (none of PyTorch's own that they
+# are made of is listed) take x's dtype. CPU autocast lists none of them.
+FP32 = torch.float32
 
 
-@declare(family="reduce_scale", functor="L2NormOp", reference=reference.l2_normalize,
-         problems=(Problem("39_L2Norm_", _KB_ROWS, init="", call="dim=1"),))
 def l2_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
-    """``x / torch.norm(x, p=2, dim=dim, keepdim=True)`` in one pass over memory.
+    """``x / torch.norm(x, p=2, dim=dim, keepdim=True)`` in one pass over memory (dim 1 by
+    default, as F.normalize's).
 
     A zero row gives NaN, as the expression does.
     """
+    y = reduce_scale_fast(_L2_NORMALIZE, x, dim)
+    return y if y is not None else _L2_NORMALIZE.call(x, dim)
 
 
-@declare(family="reduce_scale", functor="L1NormOp", reference=reference.l1_normalize,
-         problems=(Problem("38_L1Norm_", _KB_ROWS, init="", call="dim=1"),))
+_L2_NORMALIZE = declare(l2_normalize, family="reduce_scale", functor="L2NormOp", region=Dim(),
+                        reference=reference.l2_normalize, autocast=FP32)
+
+
 def l1_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
-    """``x / torch.mean(torch.abs(x), dim=dim, keepdim=True)`` in one pass over memory.
+    """``x / torch.mean(torch.abs(x), dim=dim, keepdim=True)`` in one pass over memory (dim 1
+    by default, as F.normalize's).
 
     A zero row gives NaN, as the expression does.
     """
+    y = reduce_scale_fast(_L1_NORMALIZE, x, dim)
+    return y if y is not None else _L1_NORMALIZE.call(x, dim)
 
 
-@declare(family="reduce_scale", functor="RmsNormOp", reference=reference.rms_norm,
-         problems=(Problem("36_RMSNorm_", (112, 64, 512, 512), init="num_features: int, eps: float = 1e-5",
-                           call="dim=1, eps=eps", init_inputs=(64,)),))
-def rms_norm(x: torch.Tensor, dim: int = 1, eps: float | None = 1e-5,
-             weight: torch.Tensor | None = None) -> torch.Tensor:
-    """``x / torch.sqrt(torch.mean(x ** 2, dim=dim, keepdim=True) + eps)``, times ``weight``
-    (shape ``(x.shape[dim],)``, broadcast along dim) when given, in one pass over memory.
+_L1_NORMALIZE = declare(l1_normalize, family="reduce_scale", functor="L1NormOp", region=Dim(),
+                        reference=reference.l1_normalize)
+
+
+def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
+             eps: float | None = None, *, dim: int | None = None) -> torch.Tensor:
+    """``F.rms_norm(x, normalized_shape, weight, eps)``: x over the root mean square of its last
+    ``len(normalized_shape)`` dims, ``x / sqrt(mean(x ** 2) + eps)``, times ``weight`` (of
+    shape normalized_shape) when given, in one pass over memory. With ``dim=`` instead of
+    normalized_shape, over that one dim of any tensor (the channels of an NCHW tensor:
+    ``rms_norm(x, dim=1)``), ``weight`` of shape ``(x.shape[dim],)``. One of the two must be
+    given: no default picks a dim.
 
     ``eps=None`` takes ``torch.finfo(x.dtype).eps``, as ``F.rms_norm`` does. 16-bit inputs are
     squared and summed in fp32 (PyTorch's own fp16 ``x ** 2`` overflows above 256). eps=0 with
-    a zero row gives NaN, as the expression does. A non-contiguous weight is copied (one row).
+    a zero row gives NaN, as the expression does. The normalized dims are read as one row
+    where they are one run of constant stride; otherwise x is copied first.
     """
+    if dim is None and _one_last_dim(x, normalized_shape):  # F.rms_norm's common case: the last dim
+        dim, normalized_shape = -1, None
+    if dim is not None and normalized_shape is None:
+        y = reduce_scale_fast(_RMS_NORM, x, dim, eps, weight)
+        return y if y is not None else _RMS_NORM.call(x, dim, eps, weight)
+    if dim is not None or normalized_shape is None:
+        given = "both" if dim is not None else "neither"
+        raise TypeError(f"normscan.rms_norm: pass normalized_shape (x's last dims, as F.rms_norm takes it) or dim= "
+                        f"(one dim of any tensor); {given} was given")
+    # Several last dims as one (a view where they are one run of constant stride).
+    checks.check_tensor_type("rms_norm", x)
+    shape = checks.normalized_dims("rms_norm", normalized_shape, x)
+    if isinstance(weight, torch.Tensor):
+        if tuple(weight.shape) != shape:
+            raise ValueError(f"normscan.rms_norm: weight must have shape {shape} (normalized_shape), "
+                             f"got {tuple(weight.shape)}")
+        weight = weight.reshape(-1)
+    merged = view.merge_trailing(x, len(shape))
+    if merged is None:
+        merged = view.merge_trailing(x.contiguous(), len(shape))
+    return _RMS_NORM.call(merged, -1, eps, weight).view(x.shape)
 
 
-@declare(family="reduce_scale", functor="L2NormOp", reference=reference.frobenius_normalize,
-         problems=(Problem("37_FrobeniusNorm_", (112, 64, 512, 512), init="", call=""),))
+def _one_last_dim(x: object, normalized_shape: object) -> bool:
+    """Whether normalized_shape names x's last dim alone (an int, or a sequence of one)."""
+    if type(normalized_shape) in (tuple, list, torch.Size) and len(normalized_shape) == 1:
+        normalized_shape = normalized_shape[0]
+    return type(normalized_shape) is int and isinstance(x, torch.Tensor) and x.dim() > 0 and \
+        x.shape[-1] == normalized_shape
+
+
+_RMS_NORM = declare(rms_norm, family="reduce_scale", functor="RmsNormOp", region=Dim(), reference=reference.rms_norm,
+                    autocast=FP32)
+
+
 def frobenius_normalize(x: torch.Tensor) -> torch.Tensor:
     """``x / torch.norm(x, p='fro')``: x over the square root of the sum of squares of all its
     elements.
 
     A tensor that a block or a thread-block cluster holds on chip is read once; a larger one
-    twice (every element is needed before the first output), then written. A zero tensor gives
-    NaN, as the expression does.
+    twice (every element is needed before the first output), then written. A dense input (any
+    permutation of contiguous) is read where it lies, any other is copied first. A zero
+    tensor gives NaN, as the expression does.
     """
+    return _FROBENIUS_NORMALIZE.call(x, None)
 
 
-@declare(family="reduce_scale", functor="SoftmaxOp", reference=reference.softmax,
-         problems=(Problem("23_Softmax", (4096, 393216), init="", call="dim=1"),))
+_FROBENIUS_NORMALIZE = declare(frobenius_normalize, family="reduce_scale", functor="L2NormOp", region=Whole(),
+                               reference=reference.frobenius_normalize, autocast=FP32)
+
+
 def softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``torch.softmax(x, dim, dtype=dtype)`` in one pass over memory: ``exp(x - max)``
     over its sum, the row's maximum subtracted first (no overflow).
 
-    ``dtype`` converts x first, as torch.softmax does. 16-bit inputs are computed in fp32. A
-    row of -inf, or with +inf or NaN, gives NaN, as PyTorch's does. fp32 exps are the
-    hardware's approximate ones, subnormal results flushed: outputs below 1.2e-38 are 0.
+    ``dtype`` converts x first, as torch.softmax does (an integer x too). 16-bit inputs are
+    computed in fp32. A row of -inf, or with +inf or NaN, gives NaN, as PyTorch's does. fp32
+    exps are the hardware's approximate ones, subnormal results flushed: outputs below
+    1.2e-38 are 0.
     """
+    y = reduce_scale_fast(_SOFTMAX, x, dim) if dtype is None else None
+    return y if y is not None else _SOFTMAX.call(x, dim, dtype)
 
 
-@declare(family="reduce_scale", functor="LogSoftmaxOp", reference=reference.log_softmax,
-         problems=(Problem("24_LogSoftmax", (4096, 393216), init="dim: int = 1", call="dim=dim"),))
+_SOFTMAX = declare(softmax, family="reduce_scale", functor="SoftmaxOp", region=Dim(), reference=reference.softmax,
+                   autocast=FP32)
+
+
 def log_softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``torch.log_softmax(x, dim, dtype=dtype)`` in one pass over memory:
     ``(x - max) - log(sum(exp(x - max)))``.
 
-    ``dtype`` converts x first, as torch.log_softmax does. 16-bit inputs are computed in fp32;
-    -inf stays -inf; a row of -inf, or with +inf or NaN, gives NaN, as PyTorch's does.
+    ``dtype`` converts x first, as torch.log_softmax does (an integer x too). 16-bit inputs are
+    computed in fp32; -inf stays -inf; a row of -inf, or with +inf or NaN, gives NaN, as
+    PyTorch's does.
     """
+    y = reduce_scale_fast(_LOG_SOFTMAX, x, dim) if dtype is None else None
+    return y if y is not None else _LOG_SOFTMAX.call(x, dim, dtype)
 
 
-@declare(family="reduce_scale", functor="LayerNormOp", reference=reference.layer_norm, row_stats=True,
-         problems=(Problem("40_LayerNorm", (16, 64, 256, 256), init="normalized_shape: tuple",
-                           call="normalized_shape=normalized_shape", init_inputs=((64, 256, 256),)),))
+_LOG_SOFTMAX = declare(log_softmax, family="reduce_scale", functor="LogSoftmaxOp", region=Dim(),
+                       reference=reference.log_softmax, autocast=FP32)
+
+
 def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` in one pass over memory:
@@ -116,15 +168,13 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tenso
     squared. A row with inf or NaN gives NaN, as PyTorch's does. For the backward it saves each
     row's mean and rstd (1 / sqrt(var + eps); 8 bytes a row, 16 for float64), as PyTorch does.
     """
+    return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)
 
 
-# KernelBench's 34_InstanceNorm and 35_GroupNorm_ share their input; 33_BatchNorm's is half as large.
-_KB_CHANNELS = (112, 64, 512, 512)
+_LAYER_NORM = declare(layer_norm, family="reduce_scale", functor="LayerNormOp", region=Trailing(),
+                      reference=reference.layer_norm, row_stats=True, autocast=FP32)
 
 
-@declare(family="reduce_scale", functor="GroupNormOp", reference=reference.group_norm,
-         problems=(Problem("35_GroupNorm_", _KB_CHANNELS, init="num_features: int, num_groups: int",
-                           call="num_groups=num_groups", init_inputs=(64, 8)),))
 def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     """``F.group_norm(x, num_groups, weight, bias, eps)``: x of shape (N, C, *) normalised over
@@ -134,13 +184,15 @@ def group_norm(x: torch.Tensor, num_groups: int, weight: torch.Tensor | None = N
     A group of a contiguous x is one run of memory, read where it lies: once where it fits
     on chip (a thread-block cluster, or the whole GPU's shared memory), else twice. Other
     layouts (channels_last with several channels a group) are copied to contiguous first.
-    16-bit inputs are computed in fp32; the weight and bias have x's dtype.
+    16-bit inputs are computed in fp32.
     """
+    return _GROUP_NORM.call(x, num_groups, weight, bias, eps)
 
 
-@declare(family="reduce_scale", functor="GroupNormOp", reference=reference.instance_norm, region="instance",
-         problems=(Problem("34_InstanceNorm", _KB_CHANNELS, init="num_features: int", call="",
-                           init_inputs=(64,)),))
+_GROUP_NORM = declare(group_norm, family="reduce_scale", functor="GroupNormOp", region=Groups(),
+                      reference=reference.group_norm, autocast=FP32)
+
+
 def instance_norm(x: torch.Tensor, running_mean: torch.Tensor | None = None, running_var: torch.Tensor | None = None,
                   weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
@@ -153,11 +205,13 @@ def instance_norm(x: torch.Tensor, running_mean: torch.Tensor | None = None, run
     the samples); without it they normalise x (an elementwise pass: PyTorch's own). Contiguous
     and channels_last inputs are read where they lie.
     """
+    return _INSTANCE_NORM.call(x, None, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
 
 
-@declare(family="reduce_scale", functor="GroupNormOp", reference=reference.batch_norm, region="batch",
-         problems=(Problem("33_BatchNorm", (64, 64, 512, 512), init="num_features: int",
-                           call="running_mean=None, running_var=None, training=True", init_inputs=(64,)),))
+_INSTANCE_NORM = declare(instance_norm, family="reduce_scale", functor="GroupNormOp", region=Instances(),
+                         reference=reference.instance_norm)
+
+
 def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, training: bool = False,
                momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
@@ -170,36 +224,44 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: 
     the blocks' shared memory holds or more, which the whole GPU takes one after another, the
     held part of each, 25 MB on an H100, read once), and running_mean and running_var, where
     given, are updated in place as PyTorch updates them (momentum, the unbiased variance);
-    without it they normalise x (an elementwise pass: PyTorch's own). Contiguous inputs are read as (sample, channel) rows,
-    channels_last and (N, C) ones as columns of channels.
+    without it they normalise x (an elementwise pass: PyTorch's own). Contiguous inputs are
+    read as (sample, channel) rows, channels_last and (N, C) ones as columns of channels.
     """
+    return _BATCH_NORM.call(x, None, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
-@declare(family="scan", functor="ProdOp", reference=reference.cumprod, values="near1",
-         problems=(Problem("90_cumprod", _KB_SCAN, init="dim: int", call="dim=dim", init_inputs=(1,)),))
+_BATCH_NORM = declare(batch_norm, family="reduce_scale", functor="GroupNormOp", region=Batch(),
+                      reference=reference.batch_norm)
+
+
 def cumprod(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     """``torch.cumprod(x, dim)`` in one pass; ``reverse`` scans from the end, ``exclusive``
     gives y[i] = prod(x[:i]) (1 first).
 
     16-bit inputs keep their running product in fp32, as PyTorch does; float32 and float64
-    in float64.
+    in float64. Integer and bool inputs (no kernel of ours) get PyTorch's own op's answer,
+    as torch.cumprod gives it (an int64 result).
     """
+    y = scan_fast(_CUMPROD, x, dim, reverse, exclusive)
+    return y if y is not None else _CUMPROD.call(x, dim, reverse, exclusive)
 
 
-@declare(family="scan", functor="SumOp", reference=reference.cumsum,
-         problems=(Problem("89_cumsum", _KB_SCAN, init="dim: int", call="dim=dim", init_inputs=(1,)),
-                   Problem("91_cumsum_reverse", _KB_SCAN, init="dim: int", call="dim=dim, reverse=True",
-                           init_inputs=(1,)),
-                   Problem("92_cumsum_exclusive", _KB_SCAN, init="dim: int", call="dim=dim, exclusive=True",
-                           init_inputs=(1,))))
+_CUMPROD = declare(cumprod, family="scan", functor="ProdOp", region=Dim(), reference=reference.cumprod, autocast=FP32,
+                   integers=True)
+
+
 def cumsum(x: torch.Tensor, dim: int, *, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
     """``torch.cumsum(x, dim)`` in one pass; ``reverse`` and ``exclusive`` as in :func:`cumprod`
-    (exclusive gives 0 first)."""
+    (exclusive gives 0 first). Integer and bool inputs (position ids, counts; no kernel of
+    ours) get PyTorch's own op's answer, as torch.cumsum gives it (an int64 result)."""
+    y = scan_fast(_CUMSUM, x, dim, reverse, exclusive)
+    return y if y is not None else _CUMSUM.call(x, dim, reverse, exclusive)
 
 
-@declare(family="scan", functor="MaskedSumOp", reference=reference.masked_cumsum,
-         problems=(Problem("93_masked_cumsum", _KB_SCAN, init="dim", call="dim=dim", init_inputs=(1,),
-                           inputs=(("mask", "torch.randint(0, 2, x.shape).bool()"),)),))
+_CUMSUM = declare(cumsum, family="scan", functor="SumOp", region=Dim(), reference=reference.cumsum, autocast=FP32,
+                  integers=True)
+
+
 def masked_cumsum(x: torch.Tensor, dim: int, mask: torch.Tensor, *, reverse: bool = False,
                   exclusive: bool = False) -> torch.Tensor:
     """``torch.cumsum(x * mask, dim)`` in one pass, reading a bool mask as bytes (x * mask is
@@ -207,5 +269,10 @@ def masked_cumsum(x: torch.Tensor, dim: int, mask: torch.Tensor, *, reverse: boo
 
     ``mask`` is bool, or of x's dtype (then it multiplies x, as in x * mask), and broadcasts to
     x's shape; one laid out unlike x (broadcast, say) is first copied into x's layout. inf and
-    NaN times a False are NaN, as in x * mask.
+    NaN times a False are NaN, as in x * mask. Integer x: PyTorch's own ops' answer.
     """
+    return _MASKED_CUMSUM.call(x, dim, mask, reverse, exclusive)
+
+
+_MASKED_CUMSUM = declare(masked_cumsum, family="scan", functor="MaskedSumOp", region=Dim(),
+                         reference=reference.masked_cumsum, autocast=FP32, integers=True)

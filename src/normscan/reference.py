@@ -24,10 +24,13 @@ def l1_normalize(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
     return x / torch.mean(torch.abs(x), dim=dim, keepdim=True)
 
 
-def rms_norm(x: torch.Tensor, dim: int = 1, eps: float = 1e-5, weight: torch.Tensor | None = None) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, dim: int, eps: float | None = None, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Over one dim; ``eps=None`` is ``torch.finfo(x.dtype).eps``, as F.rms_norm's. The weight
+    does not promote the result: a float32 weight beside 16-bit x gives x's dtype, as F.rms_norm."""
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
     y = x / torch.sqrt(torch.mean(x**2, dim=dim, keepdim=True) + eps)
     if weight is not None:  # one weight per position along dim (a 0-d x has one position)
-        y = y * weight.reshape([-1 if d == dim % y.dim() else 1 for d in range(y.dim())])
+        y = (y * weight.reshape([-1 if d == dim % y.dim() else 1 for d in range(y.dim())])).to(y.dtype)
     return y
 
 

@@ -17,6 +17,7 @@
 #include "entries.h"
 #ifndef NORMSCAN_FLOAT32_ONLY
 #include <ATen/core/grad_mode.h>  // the fast path's (contiguous_view)
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "device/half.cuh"
 #endif
@@ -61,12 +62,18 @@ inline void check_reach(const at::Tensor& t, int64_t so, int64_t sl, int64_t si,
 
 // Whether a weight and bias (either may be None) are float32 beside a 16-bit x (mixed
 // precision's parameters); else they have x's dtype (check_param).
+#ifdef NORMSCAN_FLOAT32_ONLY
+inline bool fp32_params(const at::Tensor&, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&) {
+  return false;
+}
+#else
 inline bool fp32_params(const at::Tensor& x, const std::optional<at::Tensor>& weight,
                         const std::optional<at::Tensor>& bias) {
   const auto type = x.scalar_type();
   const std::optional<at::Tensor>& given = weight ? weight : bias;
   return (type == at::kHalf || type == at::kBFloat16) && given && given->scalar_type() == at::kFloat;
 }
+#endif
 
 // A weight or bias: none, or a contiguous tensor of `length` elements on x's device, of x's
 // dtype, or float32 where `fp32` (fp32_params).
@@ -132,7 +139,7 @@ inline at::Tensor empty_contiguous_like(const at::Tensor& x) {
 
 // The eager call's common case, whole in C++ (the <family>_contiguous entries, the public
 // functions' fast path: normscan/registry.py): x a contiguous CUDA tensor of a float dtype,
-// dim in [-ndim, ndim), no gradient wanted of x or `param`, which is None or a contiguous
+// dim in [-ndim, ndim), CUDA autocast off, no gradient wanted of x or `param`, which is None or a contiguous
 // tensor of shape (x.size(dim),) on x's device, of x's dtype (or float32 beside a 16-bit x). Its view around dim, or nullopt
 // where the call is not that case: the Python path then checks it, says what is wrong or
 // copies what must be, and launches.
@@ -141,6 +148,8 @@ inline std::optional<View> contiguous_view(const at::Tensor& x, int64_t dim, con
   const bool built = type == at::kFloat || type == at::kHalf || type == at::kBFloat16 || type == at::kDouble;
   const int64_t ndim = x.dim(), rank = ndim > 0 ? ndim : 1;
   if (!built || !x.is_cuda() || !x.is_contiguous() || dim < -rank || dim >= rank) return std::nullopt;
+  // Under CUDA autocast (its dispatch key not excluded) the custom op casts as PyTorch's own op.
+  if (!c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::AutocastCUDA)) return std::nullopt;
   const bool grad = at::GradMode::is_enabled();
   if (grad && x.requires_grad()) return std::nullopt;
   dim = dim < 0 ? dim + rank : dim;

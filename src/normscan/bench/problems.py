@@ -1,4 +1,4 @@
-"""The KernelBench level-1 problems normscan solves, each declared with its op in ops.py.
+"""The KernelBench level-1 problems normscan solves (PROBLEMS), each a call of one of its ops.
 
 A problem is KernelBench's ``Model`` as a call of a normscan op: its input's shape, the
 Model's constructor parameters (``init``, as source) and the op's arguments after x in terms
@@ -25,7 +25,7 @@ class Problem:
     # its forward's inputs after x, each the op's argument of that name: (name, KernelBench's
     # expression of it in x, as source)
     inputs: tuple[tuple[str, str], ...] = ()
-    op: str = ""            # the normscan op (filled in by its declaration)
+    op: str = ""            # the normscan op
 
     @functools.cached_property
     def _kwargs(self) -> Callable[..., dict]:
@@ -39,7 +39,7 @@ class Problem:
 
     @property
     def spec(self):
-        from .registry import REGISTRY
+        from ..registry import REGISTRY
         return REGISTRY[self.op]
 
     def reference(self, x: torch.Tensor, *others: torch.Tensor) -> torch.Tensor:
@@ -66,7 +66,34 @@ class Problem:
                 f"def get_init_inputs():\n    return {list(self.init_inputs)!r}\n")
 
 
+# KernelBench's 38_L1Norm_ and 39_L2Norm_ share their sizes; so do its scans (89-92), and its
+# 34_InstanceNorm and 35_GroupNorm_ their input (33_BatchNorm's is half as large).
+_ROWS, _SCAN, _CHANNELS = (32768, 65535), (32768, 32768), (112, 64, 512, 512)
+PROBLEMS = {p.name: p for p in [
+    Problem("39_L2Norm_", _ROWS, init="", call="dim=1", op="l2_normalize"),
+    Problem("38_L1Norm_", _ROWS, init="", call="dim=1", op="l1_normalize"),
+    Problem("36_RMSNorm_", (112, 64, 512, 512), init="num_features: int, eps: float = 1e-5", call="dim=1, eps=eps",
+            init_inputs=(64,), op="rms_norm"),
+    Problem("37_FrobeniusNorm_", (112, 64, 512, 512), init="", call="", op="frobenius_normalize"),
+    Problem("23_Softmax", (4096, 393216), init="", call="dim=1", op="softmax"),
+    Problem("24_LogSoftmax", (4096, 393216), init="dim: int = 1", call="dim=dim", op="log_softmax"),
+    Problem("40_LayerNorm", (16, 64, 256, 256), init="normalized_shape: tuple", call="normalized_shape=normalized_shape",
+            init_inputs=((64, 256, 256),), op="layer_norm"),
+    Problem("35_GroupNorm_", _CHANNELS, init="num_features: int, num_groups: int", call="num_groups=num_groups",
+            init_inputs=(64, 8), op="group_norm"),
+    Problem("34_InstanceNorm", _CHANNELS, init="num_features: int", call="", init_inputs=(64,), op="instance_norm"),
+    Problem("33_BatchNorm", (64, 64, 512, 512), init="num_features: int",
+            call="running_mean=None, running_var=None, training=True", init_inputs=(64,), op="batch_norm"),
+    Problem("90_cumprod", _SCAN, init="dim: int", call="dim=dim", init_inputs=(1,), op="cumprod"),
+    Problem("89_cumsum", _SCAN, init="dim: int", call="dim=dim", init_inputs=(1,), op="cumsum"),
+    Problem("91_cumsum_reverse", _SCAN, init="dim: int", call="dim=dim, reverse=True", init_inputs=(1,), op="cumsum"),
+    Problem("92_cumsum_exclusive", _SCAN, init="dim: int", call="dim=dim, exclusive=True", init_inputs=(1,),
+            op="cumsum"),
+    Problem("93_masked_cumsum", _SCAN, init="dim", call="dim=dim", init_inputs=(1,),
+            inputs=(("mask", "torch.randint(0, 2, x.shape).bool()"),), op="masked_cumsum"),
+]}
+
+
 def all_problems() -> dict[str, Problem]:
-    """Every declared op's problems, by name."""
-    from .registry import REGISTRY
-    return {p.name: p for spec in REGISTRY.values() for p in spec.problems}
+    """The problems, by name."""
+    return PROBLEMS

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__, _build
+from ... import __version__, _build
 
 PACKAGE = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ import argparse
 import torch
 
 from .. import testing
-from ..registry import REGISTRY
+from ...registry import REGISTRY
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from .. import _build
-from ..registry import REGISTRY
+from ... import _build
+from ...registry import REGISTRY
 
 
 def builds(ops: list[str], backward: bool) -> list[tuple[str, int]]:

@@ -19,7 +19,7 @@ import inspect
 import re
 from pathlib import Path
 
-from .. import __version__, _build, grouped, view
+from ... import __version__, _build, grouped, regions, view
 from ..problems import Problem, all_problems
 
 _FILE = '''"""normscan solution for KernelBench level 1, problem {name} (normscan.{op}).
@@ -72,18 +72,18 @@ class ModelNew(nn.Module):
 
 # ModelNew.forward after its kwargs (the op's arguments), by the op's region.
 _BODIES = {
-    "dim": """\
+    regions.Dim: """\
         dim = kwargs.pop("dim")
         x = x.contiguous(){others}
         y = torch.empty_like(x)
         {launcher}(_ext, x, y, OP, fold(x, y, dim % max(x.dim(), 1)), **kwargs)
         return y""",
-    "whole": """\
+    regions.Whole: """\
         x = x.contiguous()
         y = torch.empty_like(x)
         {launcher}(_ext, x, y, OP, fold(x, y, None), **kwargs)
         return y""",
-    "normalized_shape": """\
+    regions.Trailing: """\
         x = x.contiguous()
         shape = x.shape
         x = x.view(-1, math.prod(kwargs.pop("normalized_shape")))  # the last dims, as one row
@@ -92,7 +92,7 @@ _BODIES = {
         return y.view(shape)""",
     # the channel norms: every sample's groups (num_groups; one a channel for instance_norm),
     # or every channel across the batch (batch_norm, with its input's statistics)
-    "grouped": """\
+    regions.Channels: """\
         x = x.contiguous()
         y = torch.empty_like(x)
         p = plan(x, y, kwargs.get("num_groups", x.shape[1]), {across_batch})
@@ -145,8 +145,8 @@ def solution(problem: Problem) -> str:
     launcher_takes = inspect.signature(spec.family.launch).parameters
     defaults = {n: v for n, v in spec.defaults.items() if n in spec.params and n in launcher_takes}
     others = "".join(f"\n        kwargs[{n!r}] = {n}.contiguous()" for n in problem.input_names)
-    body = _BODIES["grouped" if spec.grouped else spec.region].format(
-        launcher=spec.family.launch.__name__, others=others, across_batch=spec.region == "batch")
+    body = next(b for kind, b in _BODIES.items() if isinstance(spec.region, kind)).format(
+        launcher=spec.family.launch.__name__, others=others, across_batch=isinstance(spec.region, regions.Batch))
     return _FILE.format(host_flags=_build.HOST_FLAGS, cuda_flags=["-O3", *_build.NVCC_HOST_FLAGS],
                         name=problem.name, op=spec.name, version=__version__, cuda=cuda_source(spec),
                         cpp=strip_comments(_build.expand_source(_build.ENTRIES)), slug=slug,

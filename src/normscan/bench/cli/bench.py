@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__, _build, catalogue, timing
-from ..registry import REGISTRY
+from ... import __version__, _build
+from ...registry import REGISTRY
+from .. import catalogue, timing
 from ..problems import all_problems
 from . import build
 from .device_log import DeviceLog, describe

@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 
 from .problems import all_problems
-from .registry import REGISTRY, OpSpec
+from .. import regions
+from ..registry import REGISTRY, OpSpec
 from .timing import Entry, w_name
 
 # Rows of every length class: the row kernels' rungs, a cluster, and short tensors.
@@ -147,7 +148,7 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     statistic = 0
     if spec.whole:
         statistic = math.prod(shape)
-    elif spec.region == "batch" and kwargs.get("training"):
+    elif isinstance(spec.region, regions.Batch) and kwargs.get("training"):
         statistic = math.prod(shape[:1]) * math.prod(shape[2:])
     tensors = 3 if statistic * dtype.itemsize > L2_BYTES else 2
     if mode != "forward":
@@ -184,8 +185,8 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 for shape in LONG_ROW_SHAPES:
                     out.append(_entry(f"{spec.name} last-dim {shape} {dt}", spec, shape, dtype, -1, with_peers=True))
             if spec.grouped:  # before the weighted rows: the channel norms take a weight too
-                flag = {"instance": {"use_input_stats": True}, "batch": {"training": True}}.get(spec.region, {})
-                groups = CHANNEL_NORM_GROUPS if spec.region == "num_groups" else None
+                flag = {spec.region.flag: True} if spec.has_stats else {}
+                groups = CHANNEL_NORM_GROUPS if isinstance(spec.region, regions.Groups) else None
                 for shape in CHANNEL_NORM_SHAPES:
                     label = f"{spec.name} {shape}" + (f" groups={groups}" if groups else "")
                     out.append(_entry(f"{label} {dt}", spec, shape, dtype, groups, flag, weight=True))
@@ -205,13 +206,13 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
         for spec in specs:  # the channel RMSNorm in every dtype asked (issue #22: fp32 and 16-bit)
-            if spec.family.name == "reduce_scale" and spec.takes("weight") and spec.region == "dim":
+            if spec.family.name == "reduce_scale" and spec.takes("weight") and isinstance(spec.region, regions.Dim):
                 for shape in CHANNEL_SHAPES:
                     out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
     for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
         dt = str(dtype).replace("torch.", "")
         for spec in specs:
-            if spec.family.name == "reduce_scale" and spec.region == "dim":
+            if spec.family.name == "reduce_scale" and isinstance(spec.region, regions.Dim):
                 for shape in FEW_COLUMN_SHAPES:
                     out.append(_entry(f"{spec.name} dim=1 {shape} {dt}", spec, shape, dtype, 1))
             if spec.family.name == "scan":
@@ -286,7 +287,7 @@ def host_time_cases(device: str = "cuda", ops_: list[str] | None = None) -> list
     """(label, ours, theirs, their name): the public functions (their eager calls' fast path)
     on issue #22's tiny inputs, against the PyTorch op each replaces; those of `ops_` alone
     where given."""
-    from . import ops
+    from .. import ops
 
     F = torch.nn.functional
     bf = dict(device=device, dtype=torch.bfloat16)
@@ -294,9 +295,9 @@ def host_time_cases(device: str = "cuda", ops_: list[str] | None = None) -> list
     w = torch.rand(4096, **bf)
     f32 = torch.randn(8, 4096, device=device)
     cases = [  # (op, label, ours, theirs, their name)
-        ("rms_norm", "rms_norm 1x4096 bf16", lambda: ops.rms_norm(row, -1, None), lambda: F.rms_norm(row, (4096,)),
+        ("rms_norm", "rms_norm 1x4096 bf16", lambda: ops.rms_norm(row, dim=-1, eps=None), lambda: F.rms_norm(row, (4096,)),
          "F.rms_norm"),
-        ("rms_norm", "rms_norm+w 1x4096 bf16", lambda: ops.rms_norm(row, -1, None, w),
+        ("rms_norm", "rms_norm+w 1x4096 bf16", lambda: ops.rms_norm(row, dim=-1, eps=None, weight=w),
          lambda: F.rms_norm(row, (4096,), w), "F.rms_norm"),
         ("l2_normalize", "l2_normalize 8x4096 fp32", lambda: ops.l2_normalize(f32, 1),
          lambda: F.normalize(f32, dim=1), "F.normalize"),

@@ -28,8 +28,9 @@ from typing import Callable
 
 import torch
 
-from . import reference, testing
-from .registry import REGISTRY
+from .. import reference, regions
+from ..registry import REGISTRY
+from . import testing
 
 FLUSH_BYTES = 256 << 20
 # Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
@@ -178,7 +179,7 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
     fresh inputs, within twice PyTorch's own error in the entry's dtype: the worst
     (error, bound, ok)."""
     spec = REGISTRY[entry.op]
-    x = testing.maker(entry.shape, entry.dtype, spec.values)(device)
+    x = testing.maker(entry.shape, entry.dtype, testing.values_of(spec))(device)
     w = weight(entry, device)
     g = torch.randn(entry.shape, device=device, dtype=entry.dtype)
 
@@ -203,13 +204,13 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
 def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
     spec = REGISTRY[entry.op]
-    case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, spec.values), entry.dim,
+    case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, testing.values_of(spec)), entry.dim,
                         dict(entry.kwargs), with_weight=entry.weight and entry.w_name == "weight")
     if math.prod(entry.shape) > 1 << 26:  # slices along a dim whose slices are independent
-        if spec.region == "dim":
+        if isinstance(spec.region, regions.Dim):
             sdim = next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape))
         else:
-            sdim = 1 if spec.region == "batch" else 0  # batch_norm's channels; the others' samples
+            sdim = 1 if isinstance(spec.region, regions.Batch) else 0  # batch_norm's channels; the others' samples
         case.sample = (sdim, 32)
     r = testing.check(case, device)
     return r.error, r.bound, r.passed

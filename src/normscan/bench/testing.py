@@ -18,8 +18,8 @@ from typing import Callable
 
 import torch
 
-from . import grouped, reference, view
-from .registry import REGISTRY, OpSpec
+from .. import grouped, reference, regions, view
+from ..registry import REGISTRY, OpSpec
 
 # Normalisations: one fp32 reduction and one rounding to the output dtype. 16-bit outputs
 # are a single rounding (unit roundoff u = 2^-11 fp16, 2^-8 bf16) of an fp32-accurate
@@ -32,6 +32,13 @@ HALF_DTYPES = [torch.bfloat16, torch.float16]
 # Products of "near1" values reach their first zero within ~10**4 elements, after which
 # every carry is 0: long rows draw "walk" values instead (no zeros, a driftless log).
 LONG_VALUES = {"near1": "walk"}
+# The distribution an op's inputs are drawn from where it is not "normal": running products
+# stay in range.
+VALUES = {"cumprod": "near1"}
+
+
+def values_of(spec: OpSpec) -> str:
+    return VALUES.get(spec.name, "normal")
 
 
 def _of_dtype(shapes: list, dtype: torch.dtype, quick: bool, quick_part: slice = slice(None, None, 2)) -> list:
@@ -286,8 +293,8 @@ CHANNEL_VIEWS = {
 def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     """group_norm's, instance_norm's and batch_norm's: shapes, dtypes and layouts, a weight
     and bias, running statistics and their update, special values."""
-    op, dist = spec.name, spec.values
-    grouped_by = spec.region == "num_groups"
+    op, dist = spec.name, values_of(spec)
+    grouped_by = isinstance(spec.region, regions.Groups)
     stats = spec.has_stats
     flag = next((f for f in ("use_input_stats", "training") if spec.takes(f)), None)
     out: list[Case] = []
@@ -299,7 +306,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         if flag is not None:
             kwargs.setdefault(flag, True)
         positions = math.prod(shape[2:])
-        if kwargs.get(flag) and (spec.region == "instance" and positions <= 1 or spec.region == "batch" and (
+        if kwargs.get(flag) and (isinstance(spec.region, regions.Instances) and positions <= 1 or isinstance(spec.region, regions.Batch) and (
                 shape[0] * positions <= 1 or kwargs.get("eps", 1) <= 0)):
             return  # refused in training, as PyTorch refuses it (tests/test_ops.py)
         made = (shape[0], *shape[2:], shape[1]) if layout == "channels_last" else shape
@@ -346,7 +353,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     case("zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_())
     case("eps=0 zero channel", (4, 6, 515), 3, specials=lambda x: x[:, :2].zero_(), kwargs={"eps": 0.0})
     case("inf/nan", (4, 6, 515), 3, specials=lambda x: _inf_nan(x.view(4, 6, 515)))
-    if spec.region == "batch" and not quick:
+    if isinstance(spec.region, regions.Batch) and not quick:
         # Channels taken by the whole GPU one after another (csrc/reduce_scale/channels.cuh):
         # 64 MB, twice what the blocks' shared memory holds, partly re-read; rows ending mid-tile.
         for shape, dtype in [((16, 2, 1 << 20), torch.float32), ((15, 2, 1_048_580), torch.float32),
@@ -359,7 +366,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         case("whole GPU a channel, mean 1e3 (16, 2, 2**20)", (16, 2, 1 << 20), 2, specials=lambda x: x.add_(1e3))
         case("whole GPU a channel, inf in channel 0 (16, 2, 2**20)", (16, 2, 1 << 20), 2,
              specials=lambda x: x[0, 0, 7].fill_(float("inf")))
-    if spec.region == "batch":
+    if isinstance(spec.region, regions.Batch):
         # One block a channel (csrc/reduce_scale/reread.cuh, reduce_scale_group_reread_kernel):
         # more channels than the GPU's resident blocks (on an H100 or H200 132 of 512 threads,
         # 528 of 128), each small: rows of whole vectors, rows with unaligned edges (the last
@@ -413,7 +420,7 @@ def _channel_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
         # their own: batch_norm's channels, the others' samples (a channel of a group is not).
         # The second's batch_norm statistic spans 2**31 + 10 elements (16-bit, so that its
         # float64 check fits an 80 GB GPU).
-        sdim = 1 if spec.region == "batch" else 0
+        sdim = 1 if isinstance(spec.region, regions.Batch) else 0
         case(">2**31 (4, 4, 2**27+3)", (4, 4, (1 << 27) + 3), 2, sample=(sdim, 1))
         case(">2**31 (2, 1, 2**30+5) fp16", (2, 1, (1 << 30) + 5), 1, torch.float16, sample=(sdim, 0))
     return out
@@ -425,7 +432,7 @@ LONG_WHOLE_SHAPES = [(1_000_003,), (3, 5, (1 << 22) + 5)]
 
 
 def _whole_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
-    op, dist = spec.name, spec.values
+    op, dist = spec.name, values_of(spec)
     out: list[Case] = []
     shapes = WHOLE_SHAPES + ([] if quick else LONG_WHOLE_SHAPES)
     for dtype in DTYPES:
@@ -462,7 +469,7 @@ def _read_twice_rows(dist: str) -> list[tuple[str, int, Callable, torch.dtype]]:
 def _trailing_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
     """layer_norm's: normalized_shape of one to three last dims, on rows, strided last dims
     (each STRIDED dim moved last), views, weight and bias, special values."""
-    op, dist = spec.name, spec.values
+    op, dist = spec.name, values_of(spec)
     out: list[Case] = []
 
     def case(name, shape, k, dtype=torch.float32, d=dist, view=None, specials=None, **kw):
@@ -537,7 +544,7 @@ def _twins_16bit(shapes: list[tuple[tuple, torch.dtype]]) -> list[tuple[tuple, t
 
 
 def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
-    op, dist = spec.name, spec.values
+    op, dist = spec.name, values_of(spec)
     long_dist = LONG_VALUES.get(dist, dist)
     is_scan = spec.family.name == "scan"
     out: list[Case] = []
@@ -694,7 +701,7 @@ def _op_cases(spec: OpSpec, quick: bool, huge: bool) -> list[Case]:
 
 def _wrapped(case: Case, x: torch.Tensor) -> int | tuple | None:
     """The case's dim as the op takes it internally: a dim wrapped; the rest as they are."""
-    return case.dim % max(x.dim(), 1) if case.spec.region == "dim" else case.dim
+    return case.dim % max(x.dim(), 1) if isinstance(case.spec.region, regions.Dim) else case.dim
 
 
 def _dt(dtype: torch.dtype) -> str:
@@ -741,7 +748,7 @@ def _args(case: Case, params: dict) -> list:
 def _folds(spec: OpSpec, x: torch.Tensor, out: torch.Tensor, dim) -> bool:
     """Whether the kernel can write x's result into out (else the public API runs)."""
     if spec.grouped:  # the channel norms: their statistics' view, in both
-        return grouped.plan(x, out, x.shape[1] if dim is None else dim, spec.region == "batch") is not None
+        return grouped.plan(x, out, x.shape[1] if dim is None else dim, isinstance(spec.region, regions.Batch)) is not None
     if isinstance(dim, tuple):  # layer_norm: its normalized dims merged, in both
         x, out = (view.merge_trailing(t, len(dim)) for t in (x, out))
         return x is not None and out is not None and view.fold(x, out, x.dim() - 1) is not None
