@@ -58,9 +58,11 @@ def test_bench_without_gpu_honours_its_arguments(tmp_path):
     run = normscan("bench", "--sweep", "--ops", "cumsum", "--dtype", "float32", "--repeat", "2", "--rounds", "1",
                    "--out", out)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "no CUDA device here" in run.stdout and "IS the PyTorch reference" in run.stdout
+    assert bench.CPU_NOTE in run.stdout and "reference ms (normscan's CPU path)" in run.stdout
+    assert "% copy" not in run.stdout and "GB/s " not in run.stdout
     record = json.loads((out / "bench.json").read_text())
     assert record["repeat"] == 2 and record["rounds"] == 1 and record["device"].startswith("cpu")
+    assert record["note"] == bench.CPU_NOTE
     labels = [r["label"] for r in record["rows"]]
     assert len(labels) == len(catalogue.SCAN_SHAPES)
     assert all(r["op"] == "cumsum" and r["dtype"] == "float32" for r in record["rows"])
@@ -70,6 +72,19 @@ def test_bench_without_gpu_honours_its_arguments(tmp_path):
         assert row["correct"]
     if (out / "bench.png").exists() or pytest.importorskip("matplotlib"):
         assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@NO_GPU
+@pytest.mark.parametrize("mode", [[], ["--sweep"], ["--training"]])
+def test_every_bench_entry_runs_on_the_cpu(mode, tmp_path):
+    """The main job, the sweeps and the training entries, every op, on a machine without a GPU
+    (at reduced sizes, the reference timed): each entry runs and is checked correct."""
+    run = normscan("bench", *mode, "--repeat", "1", "--rounds", "1", "--out", tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    channel_norms = {"group_norm", "instance_norm", "batch_norm"}  # no training entries: their rows are not rows
+    assert {r["op"] for r in rows} == set(REGISTRY) - (channel_norms if mode == ["--training"] else set())
+    assert all(r["correct"] for r in rows), [r["label"] for r in rows if not r["correct"]]
 
 
 @NO_GPU

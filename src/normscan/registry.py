@@ -118,9 +118,14 @@ class OpSpec:
     def takes(self, param: str) -> bool:
         return param in self.params
 
-    def args(self, given: dict) -> list:
-        """The arguments after the region's, in order: `given`'s, else the defaults."""
-        return [given.get(n, self.defaults.get(n)) for n in self.params]
+    def args(self, given: dict, dtype: torch.dtype | None = None) -> list:
+        """The arguments after the region's, in order: `given`'s, else the defaults; with
+        `dtype`, an eps of None as it stands for an x of that dtype (its finfo's eps), so that
+        a reference evaluated in float64 takes the eps the op took."""
+        args = [given.get(n, self.defaults.get(n)) for n in self.params]
+        if dtype is not None and "eps" in self.params and args[self.params.index("eps")] is None:
+            args[self.params.index("eps")] = torch.finfo(dtype).eps
+        return args
 
     def differentiable(self, args) -> list[int]:
         """Where in args the tensors that get gradients are (weight and bias, where given)."""

@@ -249,11 +249,13 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
     return out
 
 
-def reduced_shape(shape: tuple[int, ...], dim: int | tuple | None, budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
+def reduced_shape(spec: OpSpec, shape: tuple[int, ...], dim: int | tuple | None,
+                  budget: int = CPU_ELEMENTS) -> tuple[int, ...]:
     """A shape of at most `budget` elements for a CPU run: the op's dim cut to at most 4096
     first (it still reduces or scans over many elements), then the largest other dims halved
-    (the largest of all for a whole-tensor op, dim None; for layer_norm, normalized_shape
-    dim, the leading dims first, then the normalized ones)."""
+    (the largest of all for a whole-tensor op; for layer_norm's normalized_shape, the leading
+    dims first, then the normalized ones; the channel norms' channels kept, which their
+    groups divide)."""
     out = list(shape)
     if isinstance(dim, tuple):
         lead = len(out) - len(dim)
@@ -261,25 +263,25 @@ def reduced_shape(shape: tuple[int, ...], dim: int | tuple | None, budget: int =
             i = max(range(len(out)), key=lambda i: (i < lead and out[i] > 1, out[i]))
             out[i] = (out[i] + 1) // 2
         return tuple(out)
-    d = None if dim is None else dim % len(out)
-    while d is not None and out[d] > 4096:
+    d = 1 if spec.grouped else None if dim is None else dim % len(out)
+    while d is not None and out[d] > 4096 and not spec.grouped:
         out[d] = (out[d] + 1) // 2
     while math.prod(out) > budget:
-        i = max((i for i in range(len(out)) if i != d), key=lambda i: out[i], default=d)
-        if out[i] == 1:
-            i = d
+        i = max((i for i in range(len(out)) if i != d and out[i] > 1), key=lambda i: out[i], default=d)
         out[i] = (out[i] + 1) // 2
     return tuple(out)
 
 
 def on_cpu(entries: list[Entry]) -> list[Entry]:
-    """The entries at reduced sizes, for a machine without a GPU."""
+    """The entries at reduced sizes, for a machine without a GPU (with the peers they had)."""
     out = []
     for e in entries:
-        shape = reduced_shape(e.shape, e.dim)
+        spec = REGISTRY[e.op]
+        shape = reduced_shape(spec, e.shape, e.dim)
         label = e.label if shape == e.shape else f"{e.label} at {shape}"
         dim = shape[len(shape) - len(e.dim):] if isinstance(e.dim, tuple) else e.dim  # normalized_shape, reduced too
-        out.append(Entry(label, e.op, shape, e.dtype, dim, e.kwargs, e.weight, e.baselines, e.mode, e.tensors))
+        with_peers = any(name not in ("eager", "compile") for name in e.baselines)
+        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.weight, with_peers, e.mode))
     return out
 
 

@@ -741,8 +741,10 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
     return (diff / norm if norm > 0 else diff), ""
 
 
-def _args(case: Case, params: dict) -> list:
-    return case.spec.args(dict(case.kwargs, **params))
+def _args(case: Case, params: dict, dtype: torch.dtype) -> list:
+    """The op's arguments for an x of `dtype` (an eps of None as that dtype takes it, also for
+    the float64 reference)."""
+    return case.spec.args(dict(case.kwargs, **params), dtype)
 
 
 def _folds(spec: OpSpec, x: torch.Tensor, out: torch.Tensor, dim) -> bool:
@@ -759,8 +761,8 @@ def run_op(case: Case, x: torch.Tensor, params: dict, out: torch.Tensor | None) 
     """The op; on CUDA into ``out`` when given (and x's layout folds), else through the public API."""
     spec, dim = case.spec, _wrapped(case, x)
     if x.is_cuda and out is not None and _folds(spec, x, out, dim):
-        return spec.launch(x, dim, *_args(case, params), out=out)
-    return spec.call(x, case.dim, *_args(case, params))
+        return spec.launch(x, dim, *_args(case, params, x.dtype), out=out)
+    return spec.call(x, case.dim, *_args(case, params, x.dtype))
 
 
 def tensor_params(case: Case, x: torch.Tensor, dim) -> dict:
@@ -839,7 +841,7 @@ def check(case: Case, device: str = "cuda") -> Result:
         n = x.shape[sdim]
         idx = sorted({0, n - 1, *torch.randint(0, n, (count,)).tolist()})
         # A whole-tensor op's every element makes each output: the reference of the whole.
-        whole = spec.expression(x.double(), dim, *_args(case, wide)) if spec.whole else None
+        whole = spec.expression(x.double(), dim, *_args(case, wide, x.dtype)) if spec.whole else None
         worst = None  # the slice furthest over (or least under) its bound
         # Slices of grouped x's channels (batch_norm's) take their channels' weight and bias.
         by_channel = spec.grouped and sdim == 1
@@ -873,14 +875,14 @@ def _compared(case: Case, x: torch.Tensor, y: torch.Tensor, params: dict, wide: 
     """(y's relative error against the float64 reference, its bound, mismatch or "")."""
     spec = case.spec
     if ref is None:
-        ref = spec.expression(x.double(), dim, *_args(case, wide))
+        ref = spec.expression(x.double(), dim, *_args(case, wide, x.dtype))
     err, mismatch = rel_error(y, ref)
     if spec.family.name == "scan" and x.dtype == torch.float64:
         # The reference is itself float64, so PyTorch's error against it is 0: bound the gap
         # between two evaluation orders instead, (n - 1) roundings of a length-n scan.
         bound = max(1, x.shape[dim] - 1 if x.dim() else 0) * UNIT_ROUNDOFF[x.dtype]
     elif spec.family.name == "scan":  # no worse than 2x PyTorch's own error on the same input
-        theirs = spec.expression(x, dim, *_args(case, params))
+        theirs = spec.expression(x, dim, *_args(case, params, x.dtype))
         torch_err, _ = rel_error(theirs, ref)
         bound = max(2 * torch_err, 2 * UNIT_ROUNDOFF[x.dtype])
     else:  # and no worse than twice the exact result rounded once (16-bit subnormal outputs)
@@ -889,6 +891,6 @@ def _compared(case: Case, x: torch.Tensor, y: torch.Tensor, params: dict, wide: 
             # std: nor worse than twice PyTorch's error on the same input (16-bit in float32;
             # its running statistics are copies, left as they are)
             theirs = {k: t.clone() if k in ("running_mean", "running_var") else t for k, t in params.items()}
-            bound = max(bound, 2 * rel_error(reference.in_float32(spec.expression)(x, dim, *_args(case, theirs)),
+            bound = max(bound, 2 * rel_error(reference.in_float32(spec.expression)(x, dim, *_args(case, theirs, x.dtype)),
                                              ref)[0])
     return err, bound, mismatch

@@ -162,7 +162,8 @@ def weight(entry: Entry, device: str) -> torch.Tensor | None:
 
 
 def _grad_inputs(x: torch.Tensor, w) -> list[torch.Tensor]:
-    return [x] + ([w] if w is not None else [])
+    """What a training entry takes gradients of: x, and a weight (not a bool mask)."""
+    return [x] + ([w] if w is not None and w.is_floating_point() else [])
 
 
 def training(fn: Callable, mode: str, xs: list[torch.Tensor], w, grad: torch.Tensor) -> Callable:
@@ -185,10 +186,11 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
 
     def grads(f, dtype):
         inputs = [t.detach().to(dtype).requires_grad_() for t in _grad_inputs(x, w)]
-        return torch.autograd.grad(f(*inputs) if len(inputs) > 1 else f(inputs[0], None), inputs, g.to(dtype))
+        other = w if w is not None and not w.is_floating_point() else None  # a mask, as it is
+        return torch.autograd.grad(f(*inputs) if len(inputs) > 1 else f(inputs[0], other), inputs, g.to(dtype))
 
     def expression(x, w):
-        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, **{entry.w_name: w})))
+        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, **{entry.w_name: w}), entry.dtype))
     exact = grads(expression, torch.float64)
     theirs = grads(reference.in_float32(expression), entry.dtype)
     mine = grads(fn, entry.dtype)
@@ -257,7 +259,7 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
             timed = dict(fns)
             if entry.mode != "forward":
                 xs = [x.requires_grad_() for x in xs]
-                w = w.requires_grad_() if w is not None else None
+                w = w.requires_grad_() if w is not None and w.is_floating_point() else w
                 grad = torch.randn(entry.shape, device=device, dtype=entry.dtype)
                 for name in names:  # the backward alone's graphs are made here, each forward run
                     if name not in peer_errors:
