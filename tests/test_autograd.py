@@ -121,7 +121,7 @@ def test_weight_gets_its_gradient_eagerly_in_modules_and_compiled(device):
 def test_low_precision_gradients_within_twice_pytorchs_error(name, dtype):
     spec = REGISTRY[name]
     shape = (16, 8, 257) if spec.grouped else (64, 257)  # the channel norms' (N, C, positions)
-    x = testing.maker(shape, dtype, spec.values)("cuda")
+    x = testing.maker(shape, dtype, testing.values_of(spec))("cuda")
     g = torch.randn(shape, device="cuda", dtype=dtype)
     dim = None if spec.grouped else -1
     params = [(torch.rand(_param_shape(name, dim, shape), device="cuda") + 0.5).to(dtype) for _ in _params(name)]
@@ -146,7 +146,7 @@ def test_low_precision_gradients_within_twice_pytorchs_error(name, dtype):
 def test_a_small_model_trains_as_the_pytorch_one_does():
     """embedding -> RMSNorm(affine) -> linear -> cumsum, a few SGD steps: the same losses."""
     torch.manual_seed(0)
-    layers = [torch.nn.Embedding(50, 32), normscan.RMSNorm(32, eps=1e-5, dim=-1, elementwise_affine=True),
+    layers = [torch.nn.Embedding(50, 32), normscan.RMSNorm(32, eps=1e-5, elementwise_affine=True),
               torch.nn.Linear(32, 32)]
     twins = [torch.nn.Embedding(50, 32), torch.nn.RMSNorm(32, eps=1e-5), torch.nn.Linear(32, 32)]
     for ours, theirs in zip(layers, twins):

@@ -118,6 +118,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, 
                          f"custom op's second output as stats")
     given = dict(zip(spec.params, args))
     eps, weight, bias = given.get("eps", 0.0), given.get("weight"), given.get("bias")
+    eps = torch.finfo(x.dtype).eps if eps is None else eps  # rms_norm's default, as its forward's
     if param_grads and bias is not None and weight is None:
         return None  # the kernels sum db beside dw
     dx = view.output_like(x) if dx is None else dx

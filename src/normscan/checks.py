@@ -109,9 +109,10 @@ def _check_real(spec, name: str, value: object, x: torch.Tensor, dim, *, also: s
 
 
 def _check_eps(spec, name: str, eps: object, x: torch.Tensor, dim) -> float:
-    """A real number, or None for torch.finfo(x.dtype).eps (as F.rms_norm takes it)."""
+    """A real number, or None for the finfo eps of the dtype x is computed in (as F.rms_norm
+    takes it: under CUDA autocast, float32's)."""
     if eps is None:
-        return torch.finfo(x.dtype).eps
+        return torch.finfo(spec.compute_dtype(x)).eps
     return _check_real(spec, name, eps, x, dim, also=" or None")
 
 

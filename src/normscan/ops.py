@@ -118,7 +118,7 @@ def frobenius_normalize(x: torch.Tensor) -> torch.Tensor:
 
 
 _FROBENIUS_NORMALIZE = declare(frobenius_normalize, family="reduce_scale", functor="L2NormOp", region=Whole(),
-                               reference=reference.frobenius_normalize, autocast=FP32)
+                               reference=reference.frobenius_normalize)
 
 
 def softmax(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:

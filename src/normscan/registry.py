@@ -115,6 +115,13 @@ class OpSpec:
     def region_param(self) -> str | None:
         return self.region.param
 
+    def compute_dtype(self, x: torch.Tensor) -> torch.dtype:
+        """The dtype x is computed in: the CUDA autocast dtype where it casts this op's inputs,
+        else x's."""
+        if self.autocast is not None and x.is_cuda and x.is_floating_point() and torch.is_autocast_enabled("cuda"):
+            return self.autocast
+        return x.dtype
+
     def takes(self, param: str) -> bool:
         return param in self.params
 
