@@ -13,9 +13,9 @@ def test_the_sweep_holds_every_case_of_the_long_row_and_channel_rmsnorm_bars():
         for shape in [(1024, 65536), (512, 131072), (256, 262144)]:
             for op in ("l2_normalize", "l1_normalize", "rms_norm"):
                 e = entries[f"{op} last-dim {shape} {dt}"]
-                assert e.dim == -1 and not e.weight and e.shape == shape
+                assert e.dim == -1 and not e.params and e.shape == shape
             e = entries[f"rms_norm last-dim+w {shape} {dt}"]
-            assert e.weight and "eager" in e.baselines and "compile" in e.baselines
+            assert e.params == ("weight",) and "eager" in e.baselines and "compile" in e.baselines
         for shape in [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]:
             assert entries[f"rms_norm dim=1 {shape} {dt}"].dim == 1
     assert not any(l.startswith("cumsum") and l.endswith("bfloat16") for l in entries)  # scans: fp32
@@ -68,15 +68,13 @@ def test_every_entry_passes_its_ops_argument_checks():
                + catalogue.training_entries(None, dtypes))
     for e in entries:
         spec = REGISTRY[e.op]
-        w = None
-        if e.weight:
-            shape = e.shape if e.w_name == "mask" else spec.param_shape(e.shape, e.dim)[0]
-            w = _expanded(shape, torch.bool if e.w_name == "mask" else e.dtype)
-        spec.checked(_expanded(e.shape, e.dtype), e.dim, spec.args(dict(e.kwargs, **{e.w_name: w})))
+        p = {name: _expanded(e.shape if name == "mask" else spec.param_shape(e.shape, e.dim)[0],
+                             torch.bool if name == "mask" else e.dtype) for name in e.params}
+        spec.checked(_expanded(e.shape, e.dtype), e.dim, spec.args(dict(e.kwargs, **p)))
 
 
-def test_quacks_layer_norm_gets_its_float32_weight_made_once(monkeypatch):
-    """QuACK's layernorm_fwd takes a float32 weight: the peer converts each weight once, outside
+def test_quacks_layer_norm_gets_its_float32_parameters_made_once(monkeypatch):
+    """QuACK's layernorm_fwd takes float32 parameters: the peer converts each once, outside
     the calls that are timed, and passes layer_norm's eps."""
     import sys
     import types
@@ -87,11 +85,13 @@ def test_quacks_layer_norm_gets_its_float32_weight_made_once(monkeypatch):
     monkeypatch.setitem(sys.modules, "quack", types.ModuleType("quack"))
     monkeypatch.setitem(sys.modules, "quack.rmsnorm", fake)
     fn = catalogue._quack_layer_norm()
-    x, w = torch.randn(3, 8, dtype=torch.bfloat16), torch.rand(8, dtype=torch.bfloat16)
-    fn(x, w)
-    fn(x, w)
+    x, w, b = torch.randn(3, 8, dtype=torch.bfloat16), torch.rand(8, dtype=torch.bfloat16), torch.randn(8).bfloat16()
+    fn(x, {"weight": w})
+    fn(x, {"weight": w})
     assert len(calls) == 2 and calls[0][0] is calls[1][0] and calls[0][0].dtype == torch.float32
     assert torch.equal(calls[0][0], w.float()) and calls[0][1] is None and calls[0][2] == 1e-5
     other = torch.rand(8, dtype=torch.bfloat16)
-    fn(x, other)
-    assert torch.equal(calls[2][0], other.float())
+    fn(x, {"weight": other, "bias": b})
+    fn(x, {"weight": other, "bias": b})
+    assert torch.equal(calls[2][0], other.float()) and torch.equal(calls[2][1], b.float())
+    assert calls[3][1] is calls[2][1]

@@ -93,7 +93,7 @@ def test_bench_training_without_gpu_times_the_backward_and_checks_the_gradients(
                    "--repeat", "1", "--rounds", "1", "--out", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
-    assert len(rows) == 5 and all(r["label"].endswith("backward") or " backward at " in r["label"] for r in rows)
+    assert len(rows) == 6 and all(r["label"].endswith("backward") or " backward at " in r["label"] for r in rows)
     for row in rows:  # x and g read, dx written: three tensors' bytes
         assert row["bytes"] == 3 * 4 * row["shape"][0] * row["shape"][1] and row["correct"]
         assert {"normscan", "eager", "compile", "F.rms_norm"} <= set(row["ms"])
@@ -109,6 +109,21 @@ def test_training_entries_of_every_op_count_their_backwards_bytes():
         if e.op == "masked_cumsum":  # the gradient read, dx written, and the bool mask read each way
             both = e.mode == "forward+backward"
             assert e.bytes_moved == n * ((4 if both else 2) * size + (2 if both else 1)), e.label
+
+
+def test_training_entries_are_what_llms_train_through():
+    """Issue #87's table: the five ops at hidden 2048-65536, rows filling 128 MB, layer_norm with
+    weight and bias (nn.LayerNorm's default) and with its weight alone, beside the peers;
+    forward+backward's floor five tensors (x, y; x, dy, dx)."""
+    from normscan.bench import catalogue
+    entries = catalogue.training_entries(None, [torch.bfloat16], ["forward+backward"])
+    rows = {(e.op, e.params, e.shape[-1]): e for e in entries if e.op in catalogue.TRAINING_OPS}
+    for hidden in (2048, 4096, 8192, 16384, 32768, 65536):
+        for key in [("rms_norm", ("weight",)), ("layer_norm", ("weight", "bias")), ("layer_norm", ("weight",)),
+                    ("softmax", ()), ("log_softmax", ()), ("l2_normalize", ())]:
+            e = rows[(*key, hidden)]
+            assert math.prod(e.shape) * 2 == 128 << 20 and e.tensors == 5 and e.mode == "forward+backward", e.label
+            assert {"eager", "compile"} <= set(e.baselines)
 
 
 @NO_GPU
@@ -279,9 +294,9 @@ def test_a_timed_backward_gets_the_longer_lead():
 def test_a_peer_that_refuses_an_entry_is_noted_and_the_rest_timed():
     """A peer's own limit (Liger's softmax refuses rows over 65536) is the entry's note, not
     the run's end; ours or a baseline raising still ends it."""
-    def refuse(x, w):
+    def refuse(x, p):
         raise RuntimeError("n = 131072 exceeds the recommended Triton blocksize = 65536.\nmore")
-    eager = lambda x, w: torch.softmax(x, -1)  # noqa: E731
+    eager = lambda x, p: torch.softmax(x, -1)  # noqa: E731
     entry = timing.Entry("softmax (4, 8)", "softmax", (4, 8), torch.float32, -1,
                          baselines={"eager": eager, "compile": eager, "refuser": refuse})
     for mode in timing.MODES:  # the backward alone meets the refusal making its graph, before any timing

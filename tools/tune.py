@@ -52,13 +52,13 @@ for entry in entries:
     out[entry.label] = []
     for _ in range(rounds):  # fresh allocations each round: the spread between rounds is the noise
         xs = timing.inputs(entry, "cuda")
-        w = timing.weight(entry, "cuda")
+        p = timing.params(entry, "cuda")
         fn = ours(entry)
         if training:
             xs = [x.requires_grad_() for x in xs]
-            w = w.requires_grad_() if w is not None else None
-            fn = timing.training(fn, training, xs, w, torch.randn_like(xs[0]))
-        ms = timing.time_ms(fn, xs, w, 20, flush_reads=timing.flush_reads_for(training or "forward"))
+            p = {n: t.requires_grad_() if t.is_floating_point() else t for n, t in p.items()}
+            fn = timing.training(fn, training, xs, p, torch.randn_like(xs[0]))
+        ms = timing.time_ms(fn, xs, p, 20, flush_reads=timing.flush_reads_for(training or "forward"))
         out[entry.label].append([ms, entry.bytes_moved / ms / 1e6])
         del xs, fn
         torch.cuda.empty_cache()

@@ -15,7 +15,7 @@ import torch
 from .problems import all_problems
 from .. import regions
 from ..registry import REGISTRY, OpSpec
-from .timing import Entry, w_name
+from .timing import Entry
 
 # Rows of every length class: the row kernels' rungs, a cluster, and short tensors.
 ROW_SHAPES = [(65536, 1024), (8192, 16384), (1024, 262144), (256, 4096), (16, 1024)]
@@ -53,10 +53,13 @@ SCAN_SHAPES = [((32768, 32768), 1), ((32768, 32768), 0), ((1, 1 << 28), 1), ((40
                ((1024, 4096, 2), 1), ((256, 4096, 8), 1), ((64, 8192, 16), 1), ((16, 32768, 32), 1),
                ((8, 16384, 64), 1), ((4, 4096, 512), 1), ((1, 1 << 22, 2), 1), ((1024, 4096, 3), 1),
                ((8192, 512, 3), 1), ((8192, 512, 6), 1)]
-# Training: the last-dim LLM shapes, forward+backward and backward alone (bf16 and fp32);
-# the scans along both dims of a 1 GB fp32 tensor (the float64 gradient check of the
-# forward's 4 GB ones would not fit beside it).
-TRAINING_ROW_SHAPES = [(65536, 1024), (32768, 4096), (8192, 8192), (4096, 16384), (1024, 65536)]
+# Training as users run it: the ops LLMs train through, over the last dim at hidden sizes
+# 2048-65536, rows filling TRAINING_BYTES; the other row ops at 4096. The scans along both
+# dims of a 1 GB fp32 tensor (the float64 gradient check of the forward's 4 GB ones would not
+# fit beside it).
+TRAINING_OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "l2_normalize")
+TRAINING_HIDDEN = (2048, 4096, 8192, 16384, 32768, 65536)
+TRAINING_BYTES = 128 << 20
 TRAINING_SCAN_SHAPES = [((8192, 32768), 1), ((8192, 32768), 0)]
 # Full-tensor reads and writes the fewest a backward needs: a norm's reads x and the
 # gradient and writes dx; cumsum's reads the gradient and writes dx (masked, the mask too);
@@ -66,48 +69,56 @@ BACKWARD_TENSORS = {"reduce_scale": 3, "SumOp": 2, "MaskedSumOp": 2, "ProdOp": 3
 
 def _liger_rms_norm():
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-    return lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-5)
+    return lambda x, p: LigerRMSNormFunction.apply(x, p["weight"], 1e-5)
 
 
 def _quack_rms_norm():
     from quack.rmsnorm import rmsnorm
-    return lambda x, w: rmsnorm(x, w, eps=1e-5)
+    return lambda x, p: rmsnorm(x, p["weight"], eps=1e-5)
 
 
 def _liger_layer_norm():
     from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-    # Liger takes a bias: zeros, made once per shape (not inside the timed call)
+    # Liger takes a bias: zeros where the entry has none, made once per shape (not inside the timed call)
     zeros = functools.cache(lambda n, dtype, device: torch.zeros(n, dtype=dtype, device=device))
-    return lambda x, w: LigerLayerNormFunction.apply(x, w, zeros(w.shape[0], w.dtype, w.device), 1e-5)
+
+    def bias(p):
+        w = p["weight"]
+        return p["bias"] if "bias" in p else zeros(w.shape[0], w.dtype, w.device)
+    return lambda x, p: LigerLayerNormFunction.apply(x, p["weight"], bias(p), 1e-5)
 
 
 def _quack_layer_norm():
     from quack.rmsnorm import layernorm_fwd
-    # QuACK takes a float32 weight: the last weight given converted once (an entry times one
-    # weight), not inside each timed call
-    last = {}
+    # QuACK takes float32 parameters: each converted once (an entry times one set), not inside
+    # each timed call
+    converted: dict[str, tuple] = {}
 
-    def weight(w):
-        if last.get("w") is not w:
-            last.update(w=w, fp32=w.float())
-        return last["fp32"]
-    return lambda x, w: layernorm_fwd(x, weight(w), None, eps=1e-5)
+    def as_float32(name, t):
+        if t is None:
+            return None
+        if converted.get(name, (None,))[0] is not t:
+            converted[name] = (t, t.float())
+        return converted[name][1]
+    return lambda x, p: layernorm_fwd(x, as_float32("weight", p["weight"]), as_float32("bias", p.get("bias")),
+                                      eps=1e-5)
 
 
 def _liger_softmax():
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
-    return lambda x, w: LigerSoftmaxFunction.apply(x)
+    return lambda x, p: LigerSoftmaxFunction.apply(x)
 
 
 def _quack_softmax():
     from quack.softmax import softmax
-    return lambda x, w: softmax(x)
+    return lambda x, p: softmax(x)
 
 
-# Each op's peers over the last dim: name -> a maker of fn(x, weight), which may raise
-# ImportError (a library not installed).
+# Each op's peers over the last dim: name -> a maker of fn(x, p) (p: the entry's weight and
+# bias by name), which may raise ImportError (a library not installed).
 _PEERS = {
-    "rms_norm": {"F.rms_norm": lambda: lambda x, w: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, 1e-5),
+    "rms_norm": {"F.rms_norm": lambda: lambda x, p: torch.nn.functional.rms_norm(x, (x.shape[-1],), p.get("weight"),
+                                                                                1e-5),
                  "liger": _liger_rms_norm, "quack": _quack_rms_norm},
     "softmax": {"liger": _liger_softmax, "quack": _quack_softmax},
     "layer_norm": {"liger": _liger_layer_norm, "quack": _quack_layer_norm},
@@ -116,7 +127,7 @@ _PEERS = {
 
 @functools.cache
 def peers() -> tuple[dict[str, dict], dict[str, str]]:
-    """Other libraries' version of an op, by op: fn(x, weight) for a last-dim entry, with
+    """Other libraries' version of an op, by op: fn(x, p) for a last-dim entry, with
     Liger-Kernel and QuACK where they are installed; and the missing ones, by name, with why."""
     found: dict[str, dict] = {}
     missing = {}
@@ -133,12 +144,14 @@ def peers() -> tuple[dict[str, dict], dict[str, str]]:
 CPU_ELEMENTS = 1 << 18
 
 
-def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict | None = None, weight: bool = False,
-           with_peers: bool = False, mode: str = "forward") -> Entry:
+def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict | None = None,
+           params: tuple[str, ...] = (), with_peers: bool = False, mode: str = "forward") -> Entry:
+    """An entry of the op; its mask (masked_cumsum's) always drawn, beside `params`."""
     kwargs = dict(kwargs or {})
+    params = tuple(params) + (("mask",) if spec.takes("mask") and "mask" not in params else ())
 
-    def eager(x, w):
-        return spec.expression(x, dim, *spec.args(dict(kwargs, **{w_name(spec): w})))
+    def eager(x, p):
+        return spec.expression(x, dim, *spec.args(dict(kwargs, **p)))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
         baselines.update(peers()[0].get(spec.name, {}))
@@ -156,7 +169,7 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
         tensors = backward + (2 if mode == "forward+backward" else 0)
     other_bytes = (2 if mode == "forward+backward" else 1) if spec.takes("mask") else 0  # a bool mask, read
     return Entry(f"{label} {mode}" if mode != "forward" else label, spec.name, tuple(shape), dtype, dim, kwargs,
-                 weight or spec.takes("mask"), baselines, mode, tensors, other_bytes)
+                 params, baselines, mode, tensors, other_bytes)
 
 
 def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
@@ -189,12 +202,12 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 groups = CHANNEL_NORM_GROUPS if isinstance(spec.region, regions.Groups) else None
                 for shape in CHANNEL_NORM_SHAPES:
                     label = f"{spec.name} {shape}" + (f" groups={groups}" if groups else "")
-                    out.append(_entry(f"{label} {dt}", spec, shape, dtype, groups, flag, weight=True))
+                    out.append(_entry(f"{label} {dt}", spec, shape, dtype, groups, flag, params=("weight",)))
             elif spec.takes("weight"):
                 shapes = LLM_ROW_SHAPES if spec.trailing else WEIGHTED_ROW_SHAPES + LONG_ROW_SHAPES
                 for shape in shapes:
                     dim = shape[-1:] if spec.trailing else -1
-                    out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, dim, weight=True,
+                    out.append(_entry(f"{spec.name} last-dim+w {shape} {dt}", spec, shape, dtype, dim, params=("weight",),
                                       with_peers=True))
             elif spec.whole:
                 for shape in ROW_SHAPES:
@@ -223,9 +236,10 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
 
 def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
                      modes: list[str] = ("backward", "forward+backward")) -> list[Entry]:
-    """Backward alone, then forward and backward, at the LLM shapes (rms_norm with its weight,
-    and the softmaxes and layer_norm at their sweep's shapes, beside the peers) in every dtype
-    asked, and the scans in float32 when asked."""
+    """Backward alone, then forward and backward through autograd, in every dtype asked: the
+    LLM ops over the last dim at each of TRAINING_HIDDEN (layer_norm with weight and bias, as
+    nn.LayerNorm's default, and with its weight alone), beside the peers; the other row ops at
+    one shape; the scans in float32 when it is asked."""
     out: list[Entry] = []
     specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
     for mode in modes:
@@ -234,12 +248,16 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
             for spec in specs:
                 if spec.family.name != "reduce_scale" or spec.grouped:  # the channel norms' shapes are not rows
                     continue
-                shapes = (LLM_ROW_SHAPES if spec.trailing else LAST_DIM_SHAPES.get(spec.name) or
-                          (TRAINING_ROW_SHAPES if spec.takes("weight") else TRAINING_ROW_SHAPES[1:2]))
-                for shape in shapes:
-                    out.append(_entry(f"{spec.name} {'last-dim+w ' if spec.takes('weight') else ''}{shape} {dt}", spec,
-                                      shape, dtype, shape[-1:] if spec.trailing else -1, weight=spec.takes("weight"),
-                                      with_peers=True, mode=mode))
+                variants = [("weight", "bias"), ("weight",)] if spec.takes("bias") else \
+                    [("weight",)] if spec.takes("weight") else [()]
+                hidden = TRAINING_HIDDEN if spec.name in TRAINING_OPS else TRAINING_HIDDEN[1:2]
+                for params in variants:
+                    for n in hidden:
+                        shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
+                        tag = "".join(f"+{name[0]}" for name in params)
+                        out.append(_entry(f"{spec.name}{tag} {shape[0]}x{n} {dt}", spec, shape, dtype,
+                                          shape[-1:] if spec.trailing else -1, params=params,
+                                          with_peers=True, mode=mode))
         for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:
@@ -278,10 +296,11 @@ def on_cpu(entries: list[Entry]) -> list[Entry]:
     for e in entries:
         spec = REGISTRY[e.op]
         shape = reduced_shape(spec, e.shape, e.dim)
-        label = e.label if shape == e.shape else f"{e.label} at {shape}"
+        label = e.label.removesuffix(f" {e.mode}") if e.mode != "forward" else e.label  # _entry adds it again
+        label = label if shape == e.shape else f"{label} at {shape}"
         dim = shape[len(shape) - len(e.dim):] if isinstance(e.dim, tuple) else e.dim  # normalized_shape, reduced too
         with_peers = any(name not in ("eager", "compile") for name in e.baselines)
-        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.weight, with_peers, e.mode))
+        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.params, with_peers, e.mode))
     return out
 
 

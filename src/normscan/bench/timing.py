@@ -13,8 +13,9 @@ Bandwidth counts the fewest bytes any implementation must move: x read once, y w
 (an entry's `tensors`: a norm's backward reads x and the gradient and writes dx, three).
 
 Training entries time each implementation's backward alone (``torch.autograd.grad`` on a
-graph made before the timed calls, kept with ``retain_graph``), or its forward and backward
-together.
+graph made before the timed calls, kept with ``retain_graph``; L2 cold as above), or its
+forward and backward together through autograd as a training loop calls them: steps back to
+back on rotated inputs, host time included where it exceeds the device's (time_steps_ms).
 """
 
 from __future__ import annotations
@@ -49,11 +50,6 @@ def flush_reads_for(mode: str) -> int:
     return FLUSH_READS if mode == "forward" else TRAINING_FLUSH_READS
 
 
-def w_name(spec) -> str:
-    """The op's argument that an entry's `w` is: its weight, or its mask."""
-    return "mask" if spec.takes("mask") else "weight"
-
-
 @dataclass
 class Entry:
     """One thing to time: an op on inputs of one shape and dtype, beside its baselines."""
@@ -62,16 +58,14 @@ class Entry:
     shape: tuple[int, ...]
     dtype: torch.dtype
     dim: int | tuple | None                      # None: a whole-tensor op; a tuple: normalized_shape
-    kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for weight
-    weight: bool = False     # drawn each round and passed as `w`: the op's weight, or its mask (masked_cumsum)
-    baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, w)
+    kwargs: dict = field(default_factory=dict)   # the op's arguments after dim, but for `params`
+    # The op's tensor arguments drawn each round and passed as `p`, a dict by name: its weight
+    # (and bias), or its mask (masked_cumsum).
+    params: tuple[str, ...] = ()
+    baselines: dict[str, Callable] = field(default_factory=dict)  # name -> fn(x, p)
     mode: str = "forward"    # or "backward", "forward+backward" (MODES)
     tensors: int = 2         # full-tensor reads and writes the fewest an implementation needs
     other_bytes: int = 0     # and bytes an element of the op's other inputs (a bool mask: 1)
-
-    @property
-    def w_name(self) -> str:
-        return w_name(REGISTRY[self.op])
 
     @property
     def bytes_moved(self) -> int:
@@ -104,17 +98,17 @@ def _flush_buffer(device: int) -> torch.Tensor:
     return torch.ones(FLUSH_BYTES // 4, device=f"cuda:{device}")
 
 
-def time_ms(fn: Callable, xs: list[torch.Tensor], w, repeat: int, warmup: int = 3,
+def time_ms(fn: Callable, xs: list[torch.Tensor], p, repeat: int, warmup: int = 3,
             flush_reads: int = FLUSH_READS) -> float:
-    """Median time of fn(x, w) over `repeat` calls, x cycling through `xs`, each after
+    """Median time of fn(x, p) over `repeat` calls, x cycling through `xs`, each after
     `flush_reads` reads of the flush buffer."""
     for i in range(warmup):
-        fn(xs[i % len(xs)], w)
+        fn(xs[i % len(xs)], p)
     if not xs[0].is_cuda:
         times = []
         for i in range(repeat):
             start = time.perf_counter()
-            fn(xs[i % len(xs)], w)
+            fn(xs[i % len(xs)], p)
             times.append(1e3 * (time.perf_counter() - start))
         return statistics.median(times)
     flush = _flush_buffer(torch.cuda.current_device())
@@ -126,11 +120,32 @@ def time_ms(fn: Callable, xs: list[torch.Tensor], w, repeat: int, warmup: int = 
         for _ in range(flush_reads):
             flush.sum()
         start.record()
-        fn(x, w)
+        fn(x, p)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def time_steps_ms(fn: Callable, xs: list[torch.Tensor], p, repeat: int, warmup: int = 3) -> float:
+    """fn(x, p) as a training loop runs it: `repeat` calls back to back, x cycling through
+    `xs`, timed together; the mean a call. Nothing runs between the calls, so a host path
+    slower than the kernels shows as it does to users (time_ms hides it behind its lead)."""
+    for i in range(warmup):
+        fn(xs[i % len(xs)], p)
+    if not xs[0].is_cuda:
+        start = time.perf_counter()
+        for i in range(repeat):
+            fn(xs[i % len(xs)], p)
+        return 1e3 * (time.perf_counter() - start) / repeat
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(repeat):
+        fn(xs[i % len(xs)], p)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
 
 
 def copy_bandwidth(repeat: int, device: str = "cuda") -> float:
@@ -138,7 +153,7 @@ def copy_bandwidth(repeat: int, device: str = "cuda") -> float:
     nbytes = 1 << 31 if device == "cuda" else 1 << 26
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
-    ms = time_ms(lambda x, w: dst.copy_(x), [src], None, repeat)
+    ms = time_ms(lambda x, p: dst.copy_(x), [src], {}, repeat)
     return 2 * nbytes / ms / 1e6
 
 
@@ -151,28 +166,29 @@ def inputs(entry: Entry, device: str) -> list[torch.Tensor]:
     return [torch.rand(entry.shape, device=device, dtype=entry.dtype) for _ in range(copies)]
 
 
-def weight(entry: Entry, device: str) -> torch.Tensor | None:
-    """`w`, drawn afresh: the entry's weight, or its op's mask (a random half of x)."""
-    if not entry.weight:
-        return None
-    if entry.w_name == "mask":
-        return torch.rand(entry.shape, device=device) < 0.5
-    shape, _ = REGISTRY[entry.op].param_shape(entry.shape, entry.dim)
-    return (torch.rand(shape, device=device) + 0.5).to(entry.dtype)
+def params(entry: Entry, device: str) -> dict[str, torch.Tensor]:
+    """`p`, drawn afresh: the entry's weight (and bias) in its dtype, or its op's mask (a
+    random half of x)."""
+    spec = REGISTRY[entry.op]
+    shape = spec.param_shape(entry.shape, entry.dim)[0] if entry.params else None
+    make = {"weight": lambda: (torch.rand(shape, device=device) + 0.5).to(entry.dtype),
+            "bias": lambda: torch.randn(shape, device=device).to(entry.dtype),
+            "mask": lambda: torch.rand(entry.shape, device=device) < 0.5}
+    return {name: make[name]() for name in entry.params}
 
 
-def _grad_inputs(x: torch.Tensor, w) -> list[torch.Tensor]:
-    """What a training entry takes gradients of: x, and a weight (not a bool mask)."""
-    return [x] + ([w] if w is not None and w.is_floating_point() else [])
+def _grad_inputs(x: torch.Tensor, p: dict) -> list[torch.Tensor]:
+    """What a training entry takes gradients of: x, and its weight and bias (not a bool mask)."""
+    return [x] + [t for t in p.values() if t.is_floating_point()]
 
 
-def training(fn: Callable, mode: str, xs: list[torch.Tensor], w, grad: torch.Tensor) -> Callable:
-    """fn(x, w) as a training entry times it: forward and backward, or the backward alone of
-    a graph made now for each x (xs and w require grad)."""
+def training(fn: Callable, mode: str, xs: list[torch.Tensor], p: dict, grad: torch.Tensor) -> Callable:
+    """fn(x, p) as a training entry times it: forward and backward, or the backward alone of
+    a graph made now for each x (xs and p's floating tensors require grad)."""
     if mode == "forward+backward":
-        return lambda x, w: torch.autograd.grad(fn(x, w), _grad_inputs(x, w), grad)
-    graphs = {id(x): fn(x, w) for x in xs}
-    return lambda x, w: torch.autograd.grad(graphs[id(x)], _grad_inputs(x, w), grad, retain_graph=True)
+        return lambda x, p: torch.autograd.grad(fn(x, p), _grad_inputs(x, p), grad)
+    graphs = {id(x): fn(x, p) for x in xs}
+    return lambda x, p: torch.autograd.grad(graphs[id(x)], _grad_inputs(x, p), grad, retain_graph=True)
 
 
 def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, float, bool]:
@@ -181,18 +197,21 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
     (error, bound, ok)."""
     spec = REGISTRY[entry.op]
     x = testing.maker(entry.shape, entry.dtype, testing.values_of(spec))(device)
-    w = weight(entry, device)
+    p = params(entry, device)
     g = torch.randn(entry.shape, device=device, dtype=entry.dtype)
 
     def grads(f, dtype):
-        inputs = [t.detach().to(dtype).requires_grad_() for t in _grad_inputs(x, w)]
-        other = w if w is not None and not w.is_floating_point() else None  # a mask, as it is
-        return torch.autograd.grad(f(*inputs) if len(inputs) > 1 else f(inputs[0], other), inputs, g.to(dtype))
+        inputs = [t.detach().to(dtype).requires_grad_() for t in _grad_inputs(x, p)]
+        given = dict(zip([n for n, t in p.items() if t.is_floating_point()], inputs[1:]))
+        given.update((n, t) for n, t in p.items() if not t.is_floating_point())  # a mask, as it is
+        return torch.autograd.grad(f(inputs[0], given), inputs, g.to(dtype))
 
-    def expression(x, w):
-        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, **{entry.w_name: w}), entry.dtype))
+    def expression(x, p):
+        return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, **p), entry.dtype))
+    def in_float32(x, p):
+        return reference.in_float32(lambda x, *values: expression(x, dict(zip(p, values))))(x, *p.values())
     exact = grads(expression, torch.float64)
-    theirs = grads(reference.in_float32(expression), entry.dtype)
+    theirs = grads(in_float32, entry.dtype)
     mine = grads(fn, entry.dtype)
     results = []
     for o, t, e in zip(mine, theirs, exact):
@@ -207,7 +226,7 @@ def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
     spec = REGISTRY[entry.op]
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, testing.values_of(spec)), entry.dim,
-                        dict(entry.kwargs), with_weight=entry.weight and entry.w_name == "weight")
+                        dict(entry.kwargs), with_weight="weight" in entry.params)
     if math.prod(entry.shape) > 1 << 26:  # slices along a dim whose slices are independent
         if isinstance(spec.region, regions.Dim):
             sdim = next(d for d in range(len(entry.shape)) if d != entry.dim % len(entry.shape))
@@ -228,7 +247,7 @@ def _peer_failed(peer_errors: dict[str, str], name: str, r: int, err: Exception)
 
 def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat: int, rounds: int,
                 device: str = "cuda", progress: Callable = iter) -> list[Row]:
-    """Ours (``ours(entry)`` gives fn(x, weight)) and each baseline timed in `rounds` rounds,
+    """Ours (``ours(entry)`` gives fn(x, p)) and each baseline timed in `rounds` rounds,
     each on freshly allocated inputs; the median round is reported. Where memory lands
     matters: the same kernel on a new allocation has measured up to 13% slower (H100), so
     one allocation is not a measurement. A warm-up round comes first and is recorded apart
@@ -255,16 +274,16 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
         names = list(fns)
         for r in range(rounds + 1):
             xs = inputs(entry, device)
-            w = weight(entry, device)
+            p = params(entry, device)
             timed = dict(fns)
             if entry.mode != "forward":
                 xs = [x.requires_grad_() for x in xs]
-                w = w.requires_grad_() if w is not None and w.is_floating_point() else w
+                p = {n: t.requires_grad_() if t.is_floating_point() else t for n, t in p.items()}
                 grad = torch.randn(entry.shape, device=device, dtype=entry.dtype)
                 for name in names:  # the backward alone's graphs are made here, each forward run
                     if name not in peer_errors:
                         try:
-                            timed[name] = training(fns[name], entry.mode, xs, w, grad)
+                            timed[name] = training(fns[name], entry.mode, xs, p, grad)
                         except Exception as err:
                             _peer_failed(peer_errors, name, r, err)
             first = r % len(names)
@@ -272,7 +291,10 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
                 if name in peer_errors:
                     continue
                 try:
-                    t = time_ms(timed[name], xs, w, repeat, flush_reads=flush_reads_for(entry.mode))
+                    if entry.mode == "forward+backward":  # as a training loop runs it, host time included
+                        t = time_steps_ms(timed[name], xs, p, repeat)
+                    else:
+                        t = time_ms(timed[name], xs, p, repeat, flush_reads=flush_reads_for(entry.mode))
                 except Exception as err:
                     _peer_failed(peer_errors, name, r, err)
                     continue

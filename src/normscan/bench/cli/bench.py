@@ -31,9 +31,9 @@ DEFAULT_ROUNDS = 3
 
 
 def ours(entry: timing.Entry):
-    """normscan's public function on an entry's arguments, as fn(x, weight)."""
+    """normscan's public function on an entry's arguments, as fn(x, p)."""
     spec = REGISTRY[entry.op]
-    return lambda x, w: spec.call(x, entry.dim, *spec.args(dict(entry.kwargs, **{entry.w_name: w})))
+    return lambda x, p: spec.call(x, entry.dim, *spec.args(dict(entry.kwargs, **p)))
 
 
 def table_rows(rows: list[timing.Row], copy_gbs: float) -> list[list[str]]:
@@ -44,7 +44,7 @@ def table_rows(rows: list[timing.Row], copy_gbs: float) -> list[list[str]]:
         line = [r.label, r.dtype, f"{mine:.3f}"]
         line += [f"{r.ms.get(k, float('nan')):.3f}" for k in ("eager", "compile")]
         line += [f"{gbs:.0f}", f"{100 * gbs / copy_gbs:.1f}%", f"{r.ms['eager'] / mine:.2f}x",
-                 f"{r.ms['compile'] / mine:.2f}x", f"{r.error:.1e}", "ok" if r.correct else "WRONG"]
+                 f"{r.ms['compile'] / mine:.2f}x", fastest_peer(r), f"{r.error:.1e}", "ok" if r.correct else "WRONG"]
         peers = [f"{k} {v:.3f} ms" for k, v in r.ms.items() if k not in ("normscan", "eager", "compile")]
         if peers:
             line[-1] += f" ({', '.join(peers)})"
@@ -52,8 +52,19 @@ def table_rows(rows: list[timing.Row], copy_gbs: float) -> list[list[str]]:
     return out
 
 
+def fastest_peer(r: timing.Row) -> str:
+    """The fastest other library's time over ours (above 1: ours is faster), and its name."""
+    theirs = {k: v for k, v in r.ms.items() if k not in ("normscan", "eager", "compile")}
+    if not theirs:
+        return "-"
+    name = min(theirs, key=theirs.get)
+    return f"{theirs[name] / r.ms['normscan']:.2f}x {name}"
+
+
+# "% copy": of the fewest bytes any implementation moves (x read, y written; a training
+# entry's 5 tensors: x and y forward, x, dy and dx backward) at the device's copy rate.
 HEADERS = ["problem", "dtype", "ours ms", "eager ms", "compile ms", "GB/s", "% copy", "vs eager", "vs compile",
-           "rel err", "check"]
+           "vs fastest peer", "rel err", "check"]
 # Without a GPU "ours" is the reference expression (normscan's CPU path): no kernel of ours
 # runs, so neither its bandwidth nor a ratio says anything about normscan.
 CPU_HEADERS = ["entry", "dtype", "reference ms (normscan's CPU path)", "eager ms", "compile ms", "rel err", "check"]
