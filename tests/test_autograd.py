@@ -199,3 +199,19 @@ def test_gradgradcheck_through_the_custom_op_on_cpu(name, dim, kwargs):
     second derivatives in x and the weight, and in the incoming gradient."""
     fn = lambda x, *p: _call("custom op", name, x, dim, kwargs, *p)  # noqa: E731
     assert torch.autograd.gradgradcheck(fn, _inputs(name, dim, "cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,dim,kwargs", [c for c in CASES if not REGISTRY[c[0]].has_stats])
+def test_an_eager_training_call_runs_the_kernels_without_the_custom_ops_dispatch(name, dim, kwargs):
+    """Eager CUDA with gradients wanted: the kernel and the fused backward called directly (the
+    custom ops' dispatch cost a layer_norm training step ~7x PyTorch's host time); gradients
+    those of the custom op, which torch.compile still traces."""
+    x, *params = _inputs(name, dim, "cuda")
+    y = _call("public", name, x, dim, kwargs, *params)
+    assert type(y.grad_fn).__name__ == "EagerWithGradientsBackward", (name, y.grad_fn)
+    g = torch.randn_like(y)
+    ours = torch.autograd.grad(y, [x, *params], g)
+    via_op = torch.autograd.grad(_call("custom op", name, x, dim, kwargs, *params), [x, *params], g)
+    for o, t in zip(ours, via_op):
+        torch.testing.assert_close(o, t)

@@ -104,34 +104,18 @@ class CustomOp:
     # kernel where it has one for the layout; a backward that must itself be differentiable
     # (create_graph) takes PyTorch's gradient of the reference.
     def save_for_backward(self, ctx, inputs, output) -> None:
-        spec = self.spec
-        x, value, args = spec.from_op_inputs(inputs)
-        ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        ctx.grad_at = spec.differentiable(args)
-        ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at), *([output[1]] if spec.row_stats else []))
-        ctx.value = value
-        ctx.args = [None if i in ctx.tensor_at else a for i, a in enumerate(args)]
-        if spec.returns_stats:
+        x, value, args = self.spec.from_op_inputs(inputs)
+        _save(self.spec, ctx, x, value, args, output[1] if self.spec.returns_stats else None)
+        if self.spec.returns_stats:
             ctx.mark_non_differentiable(output[1])
 
     def backward(self, ctx, grad: torch.Tensor, *stats_grad):
         spec = self.spec
-        x, *tensors = ctx.saved_tensors
-        stats = [tensors.pop()] if spec.row_stats else []
-        args = list(ctx.args)
-        for i, t in zip(ctx.tensor_at, tensors):
-            args[i] = t
         first = 2 if spec.region.schema else 1  # the first argument after x and the region's among the inputs
-        param_grads = any(ctx.needs_input_grad[first + i] for i in ctx.grad_at)
-        if torch.is_grad_enabled():
-            grads = backward_impl.composite(spec, grad, x, ctx.value, args, param_grads, create_graph=True)
-        else:
-            grads = spec.backward_op(grad, *spec.op_inputs(x, ctx.value, args), *stats, param_grads)
-        out = [None] * (first + len(args))
-        out[0] = grads[0] if ctx.needs_input_grad[0] else None
-        for i, g in zip(ctx.grad_at if param_grads else [], grads[1:]):
-            out[first + i] = g if ctx.needs_input_grad[first + i] else None
-        return tuple(out)
+
+        def fused(grad, x, value, args, stats, param_grads):
+            return spec.backward_op(grad, *spec.op_inputs(x, value, args), *stats, param_grads)
+        return _input_gradients(spec, ctx, ctx.needs_input_grad, grad, first, fused)
 
     def gradients(self, grad, *inputs) -> list:
         """The backward op: [dx, then the weight's and bias's gradients, where given, when the
@@ -157,3 +141,63 @@ class CustomOp:
         x, value, args = spec.from_op_inputs(inputs)
         params = [torch.empty_like(args[i]) for i in spec.differentiable(args)] if param_grads else []
         return [view.output_like(x), *params]
+
+
+def _save(spec, ctx, x, value, args, stats) -> None:
+    """What a backward needs: x, the tensor arguments, a row_stats op's statistics (saved), the
+    rest on ctx."""
+    ctx.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    ctx.grad_at = spec.differentiable(args)
+    ctx.save_for_backward(x, *(args[i] for i in ctx.tensor_at), *([stats] if spec.row_stats else []))
+    ctx.value = value
+    ctx.args = [None if i in ctx.tensor_at else a for i, a in enumerate(args)]
+
+
+def _input_gradients(spec, ctx, needs: tuple, grad, first: int, fused) -> tuple:
+    """The gradients of the inputs (x at 0, the args from `first`; `needs` says which want
+    one, in that order), by `fused`(grad, x, value, args, stats, param_grads), or PyTorch's
+    gradient of the reference where the backward must itself be differentiable (create_graph)."""
+    x, *tensors = ctx.saved_tensors
+    stats = [tensors.pop()] if spec.row_stats else []
+    args = list(ctx.args)
+    for i, t in zip(ctx.tensor_at, tensors):
+        args[i] = t
+    param_grads = any(needs[first + i] for i in ctx.grad_at)
+    if torch.is_grad_enabled():
+        grads = backward_impl.composite(spec, grad, x, ctx.value, args, param_grads, create_graph=True)
+    else:
+        grads = fused(grad, x, ctx.value, args, stats, param_grads)
+    out = [None] * (first + len(args))
+    out[0] = grads[0] if needs[0] else None
+    for i, g in zip(ctx.grad_at if param_grads else [], grads[1:]):
+        out[first + i] = g if needs[first + i] else None
+    return tuple(out)
+
+
+class EagerWithGradients(torch.autograd.Function):
+    """An eager CUDA call that wants gradients: the kernel and then the fused backward called
+    directly on the checked arguments. The custom ops' dispatch (their autograd, the backward
+    op, the checks again in each) cost several times the host time of PyTorch's own ops per
+    training step, which then exceeded the kernels' device time."""
+
+    @staticmethod
+    def forward(ctx, spec, x, value, *args):
+        stats = None
+        if spec.row_stats:
+            stats = spec.row_stats_like(x, value)
+            if not x.numel():  # nothing to read: the statistics of nothing
+                stats.fill_(math.nan)
+        y = spec.launch(x, value, *args, stats=stats)
+        _save(spec, ctx, x, value, args, stats)
+        ctx.spec = spec
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        spec = ctx.spec
+
+        def fused(grad, x, value, args, stats, param_grads):
+            grads = spec.family.backward(spec, grad, x, value, args, param_grads, *stats)
+            return grads if grads is not None else backward_impl.composite(spec, grad, x, value, args, param_grads)
+        # forward's inputs are (spec, x, value, *args): x's need is the second
+        return (None, *_input_gradients(spec, ctx, ctx.needs_input_grad[1:], grad, 2, fused))

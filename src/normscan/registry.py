@@ -176,9 +176,11 @@ class OpSpec:
         x, value, args = self.checked(x, value, args)
         if not x.is_floating_point():  # an integer or bool x (the scans'): PyTorch's own op
             return self.expression(x, value, *args)
-        if x.is_cuda and not (torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda") or
-                              (torch.is_grad_enabled() and _wants_grad(x, args))):
-            return self.region.launch(self, x, value, args)
+        if x.is_cuda and not (torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda")):
+            if not (torch.is_grad_enabled() and _wants_grad(x, args)):
+                return self.region.launch(self, x, value, args)
+            if not self.has_stats:
+                return custom_ops.EagerWithGradients.apply(self, x, value, *args)
         out = self.custom_op(*self.region.op_inputs(x, value, self.spent(args)))
         if self.returns_stats:
             out, stats = out
