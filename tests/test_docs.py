@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "NOTES.md", ROOT / "benchmarks" / "HISTORY.md"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SOURCES = [*(ROOT / "src").rglob("*.py"), *(ROOT / "tools").glob("*"), *(ROOT / "tests").glob("*.py"),
            *(ROOT / ".ci").glob("*")]
 
@@ -47,3 +47,22 @@ def test_documents_speak_of_the_project_alone(path):
     text = path.read_text()
     for pattern in [r"\b[Ss]ession\b", r"device tool", r"lent to us", r"\$OUT\b"]:
         assert not re.search(pattern, text), (pattern, re.search(pattern, text))
+
+
+def _python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if _python_blocks(p)], ids=lambda p: p.name)
+def test_every_python_block_of_the_docs_runs(path):
+    """A reader's first copy-paste works: each block runs as it stands (on the CPU here, on
+    the GPU where there is one)."""
+    for i, block in enumerate(_python_blocks(path)):
+        exec(compile(block, f"{path.name} block {i}", "exec"), {})
+
+
+def test_the_docs_link_to_files_that_exist():
+    """README and the present docs (the archive names files of its time, in the git history)."""
+    for path in [p for p in DOCS if "archive" not in p.parts]:
+        for target in re.findall(r"\]\(([^)#:]+)\)", path.read_text()):
+            assert (path.parent / target).exists(), (path.name, target)

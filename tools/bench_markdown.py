@@ -1,6 +1,6 @@
-"""A bench.json as the markdown table BENCHMARKS.md shows, with the run's device line.
+"""A bench.json as the markdown table docs/archive/BENCHMARKS.md shows, with the run's device line.
 
-    python tools/bench_markdown.py benchmarks/h100/kernelbench-839ec7d.json
+    python tools/bench_markdown.py benchmarks/h100/kernelbench-282a250.json
 """
 
 import json

@@ -67,7 +67,7 @@ namespace normscan {
 // resident threads (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms,
 // softmax 8192x32768 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the
 // max-shifted ops' rows of a block, which measured slower so (fp32 softmax 32768x4096 0.540
-// -> 0.555, and 0.540 -> 0.548 with each exp computed once: NOTES.md). A centered op
+// -> 0.555, and 0.540 -> 0.548 with each exp computed once: docs/archive/NOTES.md). A centered op
 // (layer_norm) carries its bias's gradient too: its kernels spilled at 64 registers (a block
 // a row group, when they also found the row's mean): they take the persistent grid, whose
 // staged rows they read from shared memory (backward.cuh), on blocks (clusters) of 256
@@ -112,7 +112,7 @@ template <typename... Cfgs> struct BackwardRungs {};
 // each, up to 16 blocks of 64 KB, two a SM. The max-shifted ops take it for every row past
 // a block, layer_norm past its widest block (H100, fp32 8192x32768: softmax 1.190 -> 1.135
 // ms, layer_norm + w 1.335 -> 1.156), the other norms only past the register clusters
-// (rms_norm + w fp32 1024x65536 0.320 -> 0.332 on it): NOTES.md, "The backward's long rows".
+// (rms_norm + w fp32 1024x65536 0.320 -> 0.332 on it): docs/archive/NOTES.md, "The backward's long rows".
 template <int BLOCK, int CLUSTER, int NV = NORMSCAN_BACKWARD_LONG_VECS>
 using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NV, 512 / BLOCK, 1, true, true, true, CLUSTER>;
 template <bool SHIFTED>
@@ -156,7 +156,7 @@ using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>
 // 1.113 -> 1.092 -> 1.090, 4096x131072 2.209 -> 2.448 -> 2.192. 16-bit: up to 8 narrow blocks
 // (255 registers a thread: at 128, 4 vectors a thread spilled 12 bytes), then the widest
 // blocks' clusters: H200, bf16 8192x32768 0.478 -> 0.459; 16 narrow ones for 4096x131072 lost
-// there (0.918 -> 0.944) though a spilling build of them won on the H100 (NOTES.md).
+// there (0.918 -> 0.944) though a spilling build of them won on the H100 (docs/archive/NOTES.md).
 template <int BLOCK, int MAX_CLUSTER> using CenteredPipelined = PipelinedConfig<BLOCK, BLOCK, true, 1, MAX_CLUSTER>;
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<

@@ -1,5 +1,5 @@
 // The reduce-scale configurations the dispatcher picks, each with the measurement that
-// chose it (H100, fp32 unless said; NOTES.md has the history). The -D hooks are for
+// chose it (H100, fp32 unless said; docs/archive/NOTES.md has the history). The -D hooks are for
 // tools/tune.py, which builds variants side by side; the defaults are the measured best.
 #pragma once
 
@@ -94,7 +94,7 @@ using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
 // The grouped ops' 16-bit and fp64 rows of 1025-4096 vectors keep twice the threads of 4 (one
 // block of 1024 a SM at 2049-4096); their fp32 rows take the split of 4 + 4 too: instance_norm
 // (16, 256, 128, 128) fp32, rows of 16384, went 0.177 -> 0.132 ms on the H200 (torch.compile
-// 0.127), the other channel norms level (NOTES.md). A probe, not yet timed: 1 gives the
+// 0.127), the other channel norms level (docs/archive/NOTES.md). A probe, not yet timed: 1 gives the
 // 16-bit ones the split too (bf16 (16, 256, 128, 128) ran 0.78x torch.compile, 0.084 against
 // 0.065 ms, on the H200).
 #ifndef NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT
@@ -230,7 +230,7 @@ constexpr int kRereadBlock = NORMSCAN_REREAD_BLOCK;
 // Their blocks: of 512 threads, or of 128 for statistics of fewer vectors than this many a
 // thread of 512 (ms, H200, 2026-12-02, blocks of 512 | 128: fp32 (8, 2048, 32, 32) 0.091 |
 // 0.060, (128, 512, 14, 14) 0.056 | 0.054, (32, 512, 32, 32) 0.063 | 0.073; bf16 (8, 2048,
-// 32, 32) 0.077 | 0.042, (8, 1024, 64, 64) 0.082 | 0.076; NOTES.md).
+// 32, 32) 0.077 | 0.042, (8, 1024, 64, 64) 0.082 | 0.076; docs/archive/NOTES.md).
 #ifndef NORMSCAN_GROUP_REREAD_SMALL_VECTORS
 #define NORMSCAN_GROUP_REREAD_SMALL_VECTORS 16
 #endif
@@ -239,7 +239,7 @@ constexpr int kGroupRereadBlock = 512, kGroupRereadSmallBlock = 128;
 // (0: never held) in blocks of NORMSCAN_GROUP_HELD_BLOCK threads, or of 128 for statistics of
 // at most NORMSCAN_GROUP_HELD_SMALL_BLOCKS such blocks' vectors, on the fewest of up to
 // kMaxCluster blocks (sm_90) that hold a statistic and fill the GPU (launch_group_held_of).
-// Held beside read from L2 (H200, 2026-12-02, ms; NOTES.md): fp32 (8, 1024, 64, 64) 0.114 ->
+// Held beside read from L2 (H200, 2026-12-02, ms; docs/archive/NOTES.md): fp32 (8, 1024, 64, 64) 0.114 ->
 // 0.096, (64, 64, 64, 64) 0.083 -> 0.066, (16, 256, 128, 128) 0.258 -> 0.231; bf16 (16, 256,
 // 128, 128) 0.166 -> 0.132. Blocks of 128 beside 256 for the small ones: bf16 (8, 2048, 32,
 // 32) 0.046 -> 0.040, (8, 1024, 64, 64) 0.067 -> 0.062; of 512 (one a SM) slower at 15 of 18.
@@ -340,7 +340,7 @@ using HeldSmParts = HeldConfig<1024, 6, 512>;
 // NORMSCAN_CHANNELS_MIN_RATIO times what the blocks hold (else the split kernels read it
 // twice): smaller ones have no re-read tiles of the next channel to sum while they wait, and
 // measured slower (ms, H100, 2026-11-26, split kernels -> this kernel: (128, 64, 256, 256)
-// fp32 2.141 -> 2.376, bf16 1.196 -> 1.378; NOTES.md, "batch_norm's channels on the whole GPU").
+// fp32 2.141 -> 2.376, bf16 1.196 -> 1.378; docs/archive/NOTES.md, "batch_norm's channels on the whole GPU").
 #ifndef NORMSCAN_CHANNELS_MIN_RATIO
 #define NORMSCAN_CHANNELS_MIN_RATIO 2
 #endif
@@ -399,7 +399,7 @@ using StridedVecTall = StridedConfig<16, 16, 16, true, 1, vec16<T>(), NORMSCAN_S
 // softmax bf16 88.4 -> 61.2, 83.2 -> 69.1, fp32 124.6 -> 105.6, 119.7 -> 103.4; log_softmax
 // bf16 86.3 -> 59.8, 80.8 -> 65.7; l2_normalize bf16 64.7 -> 56.4, 60.7 -> 54.9, fp32 104.9 ->
 // 104.6, 103.6 -> 100.4. Most likely what the clusters cost: their blocks wait for each
-// other at each tile's barrier (NOTES.md, "The channel RMSNorm's stores"). A position's 32
+// other at each tile's barrier (docs/archive/NOTES.md, "The channel RMSNorm's stores"). A position's 32
 // bytes a tile instead, 2 x 128 threads of 8 vectors (three blocks a SM) or 2 x 64 of 16
 // (four): (8, 1024, 64, 64) bf16 0.051 -> 0.059 / 0.061, fp32 0.100 -> 0.114 / 0.115.
 template <typename T>

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     mine = warp_reduce<Op>(mine);
     // (The first barrier is not needed for correctness: s_wtot has three sets. Without it
     // one row of 2**28 measured 0.889 ms, with it 0.832; and with it but two sets (by
-    // buffer), 0.859 against 0.822. Reasons not understood: see NOTES.md.)
+    // buffer), 0.859 against 0.822. Reasons not understood: see docs/archive/NOTES.md.)
     mbarrier_arrive(&s_reduced);
     mbarrier_wait(&s_reduced, phase);
     if (lane == 0) s_wtot[set][warp - 1] = mine;

@@ -11,7 +11,7 @@
 
 // 1: the row scan kernel (not the look-back, slab or backward ones) loads x and stores y
 // under an L2 evict_last policy, as the unclustered reduce-scale rows do. H200: KernelBench
-// 89-92 1.4-1.8% faster, 94.9 -> 96.5% of copy (NOTES.md, "The row scan under L2
+// 89-92 1.4-1.8% faster, 94.9 -> 96.5% of copy (docs/archive/NOTES.md, "The row scan under L2
 // evict_last"); not yet timed on an H100. 0 turns it off.
 #ifndef NORMSCAN_SCAN_ROWS_L2_LAST
 #define NORMSCAN_SCAN_ROWS_L2_LAST 1

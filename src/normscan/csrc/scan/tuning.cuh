@@ -1,5 +1,5 @@
 // The scan configurations the dispatcher picks, each with the measurement that chose it
-// (H100, fp32; NOTES.md has the history). The -D hooks are for tools/tune.py, which builds
+// (H100, fp32; docs/archive/NOTES.md has the history). The -D hooks are for tools/tune.py, which builds
 // variants side by side; the defaults are the measured best.
 #pragma once
 
