@@ -32,3 +32,21 @@ def test_no_region_is_named_by_a_string_outside_the_region_classes():
     pattern = re.compile(r"""region\s*[!=]=\s*["']""")
     for path in [*_library_sources(), *LIBRARY.glob("bench/**/*.py")]:
         assert not pattern.search(path.read_text()), path.name
+
+
+def test_the_source_distribution_carries_the_tests_and_the_package_its_types(tmp_path):
+    """An sdist's tests run (their helpers conftest.py and calls.py come with them), and the
+    package says it is typed (py.typed) and ships its CUDA sources."""
+    import subprocess
+    import sys
+    import tarfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                          "print(b.build_sdist(sys.argv[1]))", str(tmp_path)], cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sdist = tmp_path / run.stdout.strip().splitlines()[-1]
+    names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    assert {"tests/conftest.py", "tests/calls.py", "tests/test_ops.py", "src/normscan/py.typed",
+            "src/normscan/csrc/binding.cuh", "docs/architecture.md", "LICENSE"} <= names

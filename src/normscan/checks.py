@@ -61,7 +61,8 @@ def wrap_dim(op: str, dim: object, ndim: int) -> int:
     dim = as_index(op, "dim", dim)
     n = max(ndim, 1)
     if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+        raise IndexError(f"normscan.{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got "
+                         f"{dim}) for x of {ndim} dims")
     return dim % n
 
 
