@@ -28,6 +28,11 @@ class Region:
     channels = False  # x is (N, C, *) with a weight and bias a channel
     running = False   # the op takes running statistics (and returns its input's)
 
+    def independent_dims(self, ndim: int, value) -> list[int]:
+        """x's dims along which every output element depends only on inputs at its own index
+        there (a DTensor sharded on one runs with no communication): none by default."""
+        return []
+
     def checked(self, op: str, value: object, x: torch.Tensor):
         """The region's argument as the kernels take it (x already checked)."""
         return None
@@ -58,6 +63,9 @@ class Region:
 class Dim(Region):
     param, schema = "dim", "int dim"
 
+    def independent_dims(self, ndim, value):
+        return [d for d in range(ndim) if d != value % max(ndim, 1)]
+
     def checked(self, op, value, x):
         return checks.wrap_dim(op, value, x.dim())
 
@@ -72,6 +80,9 @@ class Trailing(Region):
     """x's last dims, read as one row where they are one run of constant stride (a view);
     otherwise x is copied first."""
     param, schema = "normalized_shape", "SymInt[] normalized_shape"
+
+    def independent_dims(self, ndim, value):
+        return list(range(ndim - len(value)))
 
     def checked(self, op, value, x):
         return checks.normalized_dims(op, value, x)
@@ -176,6 +187,9 @@ class Channels(Region):
 class Groups(Channels):
     """group_norm's: groups of C / num_groups channels of each sample."""
     param, schema = "num_groups", "int num_groups"
+
+    def independent_dims(self, ndim, value):
+        return [0]  # the samples
 
     def groups_of(self, x, value):
         return value

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from . import _build, checks, custom_ops, grouped, reference, regions, view
+from . import _build, checks, custom_ops, distributed, grouped, reference, regions, view
 from . import backward as backward_impl
 from .view import View
 
@@ -176,7 +176,9 @@ class OpSpec:
         x, value, args = self.checked(x, value, args)
         if not x.is_floating_point():  # an integer or bool x (the scans'): PyTorch's own op
             return self.expression(x, value, *args)
-        if x.is_cuda and not (torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda")):
+        if type(x) is not _Tensor and type(x) is not _Parameter:  # a subclass (DTensor): its dispatch, the custom op's
+            distributed.register_for(x)
+        elif x.is_cuda and not (torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda")):
             if not (torch.is_grad_enabled() and _wants_grad(x, args)):
                 return self.region.launch(self, x, value, args)
             if not self.has_stats:

@@ -1,0 +1,112 @@
+"""DTensor sharding rules for every custom op and its backward op.
+
+A DTensor sharded on a dim its op does not reduce or scan over (rows sharded over the
+sequence or the batch: the region's ``independent_dims``) runs locally, with no
+communication: y sharded as x, the weight and bias replicated, their gradients ``Partial``
+(each rank's sum over its rows; DTensor sums them where they are used). Any other placement
+is replicated first by DTensor (an all-gather), the op run whole on each rank. The ops that
+update running statistics (instance_norm, batch_norm) take the replicated rule alone.
+
+The rules are registered with DTensor's sharding propagator as ``register_sharding`` does; the
+backward op returns a list whose gradients take different placements (dx sharded, dw
+``Partial``), which that decorator cannot say, so the strategy is expanded here with the
+list's length as the number of outputs.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+
+
+_TENSOR_PARAMS = ("weight", "bias", "mask")
+
+
+def _placements(spec, args: tuple, backward: bool):
+    """(number of outputs, [(output placements, input placements)]) of the op called on
+    `args` (DTensorSpecs where the op takes tensors)."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+
+    stats = None
+    if backward:
+        grad, *args = args
+        *args, param_grads = args
+        stats = args.pop() if spec.row_stats else None
+    x, value, rest = spec.from_op_inputs(args)
+    given = dict(zip(spec.params, rest))
+    grads = [n for n in ("weight", "bias") if given.get(n) is not None] if backward and param_grads else []
+    mask = given.get("mask")
+
+    def inputs(p, param):
+        """Every argument's placement, None where it is not a tensor."""
+        region = [None] if spec.region.schema else []
+        params = [None if a is None or not hasattr(a, "shape") else (p if n == "mask" else param)
+                  for n, a in given.items()]
+        front = [p, p] if backward else [p]
+        return front + region + params + ([p, None] if backward and spec.row_stats else [None] if backward else [])
+
+    def outputs(p, param_grad):
+        if backward:
+            return [p] + [param_grad] * len(grads)
+        return [p] + ([p] if spec.returns_stats else [])
+
+    rules = [(outputs(Replicate(), Replicate()), inputs(Replicate(), Replicate()))]
+    if not spec.has_stats and (mask is None or tuple(mask.shape) == tuple(x.shape)):
+        dims = spec.region.independent_dims(x.ndim, value)
+        if spec.row_stats:  # its (rows, 2) statistics are sharded as x only along the first of the rows' dims
+            dims = [d for d in dims if d == 0]
+        for d in dims:
+            rules.append((outputs(Shard(d), Partial()), inputs(Shard(d), Replicate())))
+    return (1 + len(grads) if backward else 1 + spec.returns_stats), rules
+
+
+def _strategy(spec, backward: bool, op_schema):
+    from torch.distributed.tensor._op_schema import OpStrategy, TupleStrategy
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    def spec_of(s):
+        if isinstance(s, OpStrategy):
+            return s.strategies[0].output_spec
+        if isinstance(s, TupleStrategy):
+            return tuple(spec_of(c) for c in s.children)
+        return s
+    args = tuple(spec_of(a) for a in op_schema.args_schema)
+    count, rules = _placements(spec, args, backward)
+    strategy = expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, [o + i for o, i in rules],
+                                               input_index=count)
+    if backward:  # a list of gradients: its specs a tuple, of one too
+        for s in strategy.strategies:
+            if not isinstance(s.output_specs, tuple):
+                s.output_specs = (s.output_specs,)
+    return strategy
+
+
+_registered = False
+
+
+def register_for(x) -> None:
+    """Registers every op's rules before the first call on a DTensor (importing DTensor costs
+    half a second, which a user who never makes one does not pay)."""
+    global _registered
+    if not _registered and type(x).__module__.startswith("torch.distributed.tensor"):
+        register()
+
+
+def register() -> None:
+    """Registers every op's rules with DTensor's sharding propagator (once)."""
+    global _registered
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+
+    from .registry import REGISTRY
+
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    for spec in REGISTRY.values():
+        for backward, op in ((False, spec.custom_op), (True, spec.backward_op)):
+            # The arguments after the tensors decide the strategy: they are part of its cache key.
+            static = next((i for i, a in enumerate(op._schema.arguments) if not isinstance(a.type, torch.TensorType)),
+                          len(op._schema.arguments))
+            propagator.register_op_strategy(op, partial(_strategy, spec, backward),
+                                            RuntimeSchemaInfo(static, needs_pytree=True))
+    _registered = True

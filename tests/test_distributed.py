@@ -1,0 +1,139 @@
+"""DTensor: every op on sharded tensors, in real processes talking through real collectives
+(gloo, on the CPU), against the op on the full tensor in one process. Sharded on a dim the
+op does not reduce, y keeps x's placement (no communication) and the weight's gradient is
+Partial; sharded elsewhere, DTensor replicates first. Values and gradients in float64."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from calls import call, region, required
+from normscan.registry import REGISTRY
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")
+
+SHAPE = (4, 6, 8)  # (N, C, L) for the channel norms; rows of 8 over the last dim for the others
+# The dims of SHAPE sharded with no communication, by region: all but the last (the ops over it),
+# the samples (group_norm's groups); none where every element meets every other.
+_LOCAL_DIMS = {"Dim": (0, 1), "Trailing": (0, 1), "Groups": (0,)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _params(name, x):
+    spec = REGISTRY[name]
+    if not spec.takes("weight"):
+        return {}
+    shape, _ = spec.param_shape(tuple(x.shape), region(name, x, -1))
+    gen = torch.Generator().manual_seed(1)
+    return {n: (torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5) if n == "weight" else
+            torch.randn(shape, generator=gen, dtype=torch.float64) for n in ("weight", "bias") if spec.takes(n)}
+
+
+def _ops_worker(rank: int, world: int, port: int, failures) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(SHAPE, generator=gen, dtype=torch.float64)
+        g = torch.randn(SHAPE, generator=gen, dtype=torch.float64)
+        for name, spec in REGISTRY.items():
+            params = _params(name, x)
+            for placement in [Replicate(), *(Shard(d) for d in range(x.dim()))]:
+                local = isinstance(placement, Shard) and placement.dim in _LOCAL_DIMS.get(type(spec.region).__name__, ()) \
+                    and not spec.has_stats and not (spec.row_stats and placement.dim != 0)
+                leaves = [x.clone().requires_grad_(), *(p.clone().requires_grad_() for p in params.values())]
+                expected = call(name, leaves[0], -1, **dict(zip(params, leaves[1:])))
+                expected_grads = torch.autograd.grad(expected, leaves, g)
+                dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
+                dparams = [distribute_tensor(p, mesh, [Replicate()]).requires_grad_() for p in params.values()]
+                others = {k: distribute_tensor(v, mesh, [placement if spec.takes("mask") else Replicate()])
+                          for k, v in required(name, x).items() if isinstance(v, torch.Tensor)}
+                given = dict(required(name, x), **others, **dict(zip(params, dparams)))
+                y = call(name, dx, -1, **given)
+                grads = torch.autograd.grad(y, [dx, *dparams], distribute_tensor(g, mesh, y.placements))
+                where = f"{name} x {placement}"
+                if local and (y.placements != (placement,) or
+                              any(d.placements != (Partial(),) for d in grads[1:])):
+                    failures.append(f"{where}: communicated: y {y.placements}, "
+                                    f"{[d.placements for d in grads]}")
+                if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
+                    failures.append(f"{where}: y differs")
+                for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
+                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
+                        failures.append(f"{where}: gradient {i} differs")
+    finally:
+        dist.destroy_process_group()
+
+
+def _block_worker(rank: int, world: int, port: int, failures) -> None:
+    """A tensor-parallel block (a sequence-parallel norm, then column- and row-parallel
+    linears) with normscan's norm against the same block whole, over a few SGD steps."""
+    import normscan
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(0)
+
+        def block(norm):
+            return torch.nn.Sequential(norm, torch.nn.Linear(16, 32, dtype=torch.float64), torch.nn.ReLU(),
+                                       torch.nn.Linear(32, 16, dtype=torch.float64))
+        whole = block(torch.nn.LayerNorm(16, dtype=torch.float64))
+        ours = block(normscan.LayerNorm(16, dtype=torch.float64))
+        ours.load_state_dict(whole.state_dict())
+        parallelize_module(ours, mesh, {"0": SequenceParallel(),
+                                        "1": ColwiseParallel(input_layouts=Shard(1)),
+                                        "3": RowwiseParallel(output_layouts=Replicate())})
+        x = torch.randn(2, 4 * world, 16, dtype=torch.float64)
+        start = rank * 4
+        steps = []
+        for model, inputs in ((whole, x), (ours, x[:, start:start + 4])):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            losses = []
+            for _ in range(3):
+                loss = model(inputs).square().mean()
+                loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+            steps.append(losses)
+        if not all(abs(a - b) <= 1e-10 * abs(a) for a, b in zip(*steps)):
+            failures.append(f"losses differ: {steps}")
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(worker, world: int) -> list[str]:
+    with mp.Manager() as manager:
+        failures = manager.list()
+        mp.spawn(worker, args=(world, _free_port(), failures), nprocs=world)
+        return list(failures)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_op_on_dtensors_as_on_the_full_tensor(world):
+    assert _spawn(_ops_worker, world) == []
+
+
+def test_a_tensor_parallel_block_trains_as_the_whole_one_does():
+    assert _spawn(_block_worker, 2) == []
