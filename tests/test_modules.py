@@ -1,5 +1,7 @@
 """The nn.Module wrappers (modules.py): KernelBench's constructors, RMSNorm's checks."""
 
+import copy
+
 import pytest
 import torch
 
@@ -134,3 +136,77 @@ def test_float32_parameters_beside_16_bit_inputs_as_torch_nn(ours, theirs, args,
     for (name, p), q in zip(mine.named_parameters(), wide.parameters()):
         assert p.grad.dtype == torch.float32, name
         torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+def test_convert_swaps_every_torch_nn_norm_and_softmax_keeping_its_state():
+    """One model with each module torch.nn has a drop-in for: after convert, normscan's
+    classes, the same parameter and buffer objects (an optimizer made before still holds
+    them), the same state_dict, the same outputs and gradients; a subclass of theirs is left
+    as it is."""
+    class OwnNorm(torch.nn.LayerNorm):
+        pass
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({
+        "ln": torch.nn.LayerNorm(8), "rms": torch.nn.RMSNorm(8), "gn": torch.nn.GroupNorm(2, 4),
+        "in1": torch.nn.InstanceNorm1d(4, affine=True), "in2": torch.nn.InstanceNorm2d(4),
+        "in3": torch.nn.InstanceNorm3d(4, track_running_stats=True), "bn1": torch.nn.BatchNorm1d(4),
+        "bn2": torch.nn.BatchNorm2d(4), "bn3": torch.nn.BatchNorm3d(4), "sm": torch.nn.Softmax(-1),
+        "lsm": torch.nn.LogSoftmax(1), "own": OwnNorm(8)}).double()
+    inputs = {"ln": (3, 8), "rms": (3, 8), "gn": (2, 4, 5), "in1": (2, 4, 5), "in2": (2, 4, 3, 3),
+              "in3": (2, 4, 2, 2, 2), "bn1": (3, 4), "bn2": (2, 4, 3, 3), "bn3": (2, 4, 2, 2, 2), "sm": (3, 5),
+              "lsm": (3, 5), "own": (3, 8)}
+    xs = {k: torch.randn(s, dtype=torch.float64, requires_grad=True) for k, s in inputs.items()}
+    before = copy.deepcopy(model)
+    tensors = {k: id(v) for k, v in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items()}
+    keys = set(model.state_dict())
+    swapped = normscan.convert(model)
+    assert len(swapped) == 11 and "ln: torch.nn.modules.normalization.LayerNorm -> normscan.LayerNorm" in swapped
+    assert type(model["own"]) is OwnNorm and type(model["ln"]) is normscan.LayerNorm
+    assert {k: id(v) for k, v in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items()} == tensors
+    assert set(model.state_dict()) == keys
+    for name, x in xs.items():
+        ours, theirs = model[name](x), before[name](x)
+        torch.testing.assert_close(ours, theirs)
+        params = list(model[name].parameters()) + [x]
+        torch.testing.assert_close(torch.autograd.grad(ours.sum(), params),
+                                   torch.autograd.grad(theirs.sum(), list(before[name].parameters()) + [x]))
+
+
+def test_convert_with_a_replacement_for_another_class():
+    """transformers' RMSNorms hold `weight` and `variance_epsilon`: rms_norm_like makes ours
+    from one, holding the same weight."""
+    class HubRMSNorm(torch.nn.Module):  # the shape of transformers' LlamaRMSNorm
+        def __init__(self, hidden, eps=1e-6):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(hidden) + 0.5)
+            self.variance_epsilon = eps
+
+        def forward(self, x):
+            v = x.float().pow(2).mean(-1, keepdim=True)
+            return self.weight * (x.float() * torch.rsqrt(v + self.variance_epsilon)).to(x.dtype)
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), HubRMSNorm(8))
+    x = torch.randn(4, 8)
+    expected, weight = model(x), model[1].weight
+    swapped = normscan.convert(model, replace={HubRMSNorm: normscan.rms_norm_like})
+    assert swapped == [f"1: {__name__}.{HubRMSNorm.__qualname__} -> normscan.RMSNorm"]
+    assert model[1].weight is weight and model[1].eps == 1e-6
+    torch.testing.assert_close(model(x), expected)
+
+
+def test_convert_a_transformers_llama():
+    """A real Llama from a small config (random weights, no download): converted with
+    rms_norm_like, the same logits."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    tokens = torch.randint(0, 64, (2, 12))
+    expected = model(tokens).logits
+    swapped = normscan.convert(model, replace={LlamaRMSNorm: normscan.rms_norm_like})
+    assert len(swapped) == 2 * 2 + 1  # two a layer and the final one
+    torch.testing.assert_close(model(tokens).logits, expected)

@@ -13,7 +13,7 @@ from . import ops
 
 __all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
            "InstanceNorm3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Softmax", "LogSoftmax", "CumProd", "CumSum",
-           "MaskedCumSum"]
+           "MaskedCumSum", "convert", "rms_norm_like"]
 
 
 class L2Norm(nn.Module):
@@ -210,3 +210,44 @@ class MaskedCumSum(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, reverse={self.reverse}, exclusive={self.exclusive}"
+
+
+# torch.nn's modules and their drop-ins, which keep their state as it is.
+DROP_INS = {nn.LayerNorm: LayerNorm, nn.RMSNorm: RMSNorm, nn.GroupNorm: GroupNorm, nn.InstanceNorm1d: InstanceNorm1d,
+            nn.InstanceNorm2d: InstanceNorm2d, nn.InstanceNorm3d: InstanceNorm3d, nn.BatchNorm1d: BatchNorm1d,
+            nn.BatchNorm2d: BatchNorm2d, nn.BatchNorm3d: BatchNorm3d, nn.Softmax: Softmax, nn.LogSoftmax: LogSoftmax}
+
+
+def convert(model: nn.Module, replace: dict | None = None) -> list[str]:
+    """Swaps, in place, every torch.nn LayerNorm, RMSNorm, GroupNorm, InstanceNorm*d,
+    BatchNorm*d, Softmax and LogSoftmax of `model` (those exact classes, not subclasses) for
+    normscan's, and returns what it swapped, a line each. A swapped module keeps its
+    parameters, buffers, hooks, dtype and device (it is the same object, of normscan's class),
+    so an optimizer made before still holds them. `replace` maps other classes to a function
+    making the replacement from the module: ``{LlamaRMSNorm: normscan.rms_norm_like}`` for
+    transformers' RMSNorm classes."""
+    swapped = []
+    for name, module in list(model.named_modules()):
+        kind = type(module)
+        if kind in DROP_INS:
+            module.__class__ = DROP_INS[kind]
+        elif replace and kind in replace:
+            if not name:
+                raise ValueError(f"normscan.convert: the model itself is a {kind.__name__}; call the replacement on it")
+            model.set_submodule(name, replace[kind](module))
+        else:
+            continue
+        new = type(model.get_submodule(name))
+        swapped.append(f"{name or '(model)'}: {kind.__module__}.{kind.__qualname__} -> normscan.{new.__qualname__}")
+    return swapped
+
+
+def rms_norm_like(module: nn.Module) -> RMSNorm:
+    """A normscan.RMSNorm over the last dim holding `module`'s weight (the same Parameter)
+    and eps (its ``variance_epsilon``, as transformers' Llama, Qwen and Mistral RMSNorms
+    hold it, or ``eps``)."""
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    weight = module.weight
+    out = RMSNorm(tuple(weight.shape), eps=eps, device="meta")
+    out.weight = weight
+    return out
