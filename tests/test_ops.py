@@ -688,3 +688,41 @@ def test_export_records_normscan_ops():
     called = [str(n.target) for n in graph.nodes if n.op == "call_function" and "getitem" not in str(n.target)]
     assert called == ["normscan.layer_norm.default", "normscan.rms_norm.default", "normscan.softmax.default",
                       "normscan.cumsum.default"]
+
+
+MADE_UP_OP = r'''
+import torch, normscan
+from normscan import reference, regions
+from normscan.registry import REGISTRY, declare
+from normscan.bench import catalogue, testing
+
+def unit_rms(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """x over its root mean square along dim, eps 1e-6 and no weight."""
+    return _UNIT_RMS.call(x, dim)
+
+def unit_rms_reference(x, dim):
+    return reference.rms_norm(x, dim, 1e-6)
+
+_UNIT_RMS = declare(unit_rms, family="reduce_scale", functor="RmsNormOp", reference=unit_rms_reference,
+                    region=regions.Dim())
+x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+torch.testing.assert_close(unit_rms(x, 1), x / x.square().mean(1, keepdim=True).add(1e-6).sqrt())
+assert unit_rms(torch.empty(3, 5, device="meta"), 0).shape == (3, 5)
+assert torch.autograd.gradcheck(lambda t: unit_rms(t, 1), (x,))
+compiled = torch.compile(lambda t: unit_rms(t, -1), fullgraph=True)
+torch.testing.assert_close(compiled(x.detach()), unit_rms(x.detach(), -1))
+torch.library.opcheck(torch.ops.normscan.unit_rms.default, (x.detach(), 1))
+assert any(e.op == "unit_rms" for e in catalogue.sweep_entries(["unit_rms"], [torch.float32]))
+assert testing.cases(["unit_rms"], quick=True)
+print("made-up op ok")
+'''
+
+
+def test_a_made_up_op_is_one_declaration():
+    """A new op of an existing functor is its public function and one declare(): the custom op,
+    the CPU path, meta, autograd, torch.compile, opcheck, the bench's entries and verify's
+    cases follow. In a process of its own: the registry is the library's."""
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-c", MADE_UP_OP], capture_output=True, text=True)
+    assert run.returncode == 0 and "made-up op ok" in run.stdout, run.stderr[-3000:]
