@@ -63,12 +63,8 @@ class CustomOp:
         if spec.has_stats:
             y, stats = spec.region.launch_with_stats(spec, x, value, args)
             return y, (spec.region.stats_like(x)[:0] if stats is None else stats)
-        if spec.row_stats:
-            stats = spec.row_stats_like(x, value)
-            if not x.numel():  # nothing to read: the statistics of nothing
-                stats.fill_(math.nan)
-            return spec.launch(x, value, *args, stats=stats), stats
-        return spec.launch(x, value, *args)
+        y, stats = _launch(spec, x, value, args)
+        return (y, stats) if spec.row_stats else y
 
     def on_cpu(self, *inputs):
         """The checks, then the reference (16-bit in float32)."""
@@ -126,11 +122,7 @@ class CustomOp:
         stats = [inputs.pop()] if spec.row_stats else []
         x, value, args = spec.from_op_inputs(inputs)
         value = spec.region.checked(spec.name, value, x)  # a negative dim wrapped, as the kernels take it
-        if x.is_cuda:
-            fused = spec.family.backward(spec, grad, x, value, args, param_grads, *stats)
-            if fused is not None:
-                return fused
-        return backward_impl.composite(spec, grad, x, value, args, param_grads)
+        return _gradients(spec, grad, x, value, args, stats, param_grads)
 
     def gradients_like(self, grad, *inputs) -> list:
         """The backward op's fake: the gradients' shapes and layouts."""
@@ -141,6 +133,26 @@ class CustomOp:
         x, value, args = spec.from_op_inputs(inputs)
         params = [torch.empty_like(args[i]) for i in spec.differentiable(args)] if param_grads else []
         return [view.output_like(x), *params]
+
+
+def _launch(spec, x, value, args) -> tuple:
+    """(y, a row_stats op's statistics or None): the kernel on checked arguments."""
+    if not spec.row_stats:
+        return spec.launch(x, value, *args), None
+    stats = spec.row_stats_like(x, value)
+    if not x.numel():  # nothing to read: the statistics of nothing
+        stats.fill_(math.nan)
+    return spec.launch(x, value, *args, stats=stats), stats
+
+
+def _gradients(spec, grad, x, value, args, stats: list, param_grads: bool) -> list:
+    """[dx, then the parameters' gradients]: the family's fused kernel where it serves x's
+    layout, else PyTorch's gradient of the reference."""
+    if x.is_cuda:
+        fused = spec.family.backward(spec, grad, x, value, args, param_grads, *stats)
+        if fused is not None:
+            return fused
+    return backward_impl.composite(spec, grad, x, value, args, param_grads)
 
 
 def _save(spec, ctx, x, value, args, stats) -> None:
@@ -182,12 +194,7 @@ class EagerWithGradients(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, spec, x, value, *args):
-        stats = None
-        if spec.row_stats:
-            stats = spec.row_stats_like(x, value)
-            if not x.numel():  # nothing to read: the statistics of nothing
-                stats.fill_(math.nan)
-        y = spec.launch(x, value, *args, stats=stats)
+        y, stats = _launch(spec, x, value, args)
         _save(spec, ctx, x, value, args, stats)
         ctx.spec = spec
         return y
@@ -197,7 +204,6 @@ class EagerWithGradients(torch.autograd.Function):
         spec = ctx.spec
 
         def fused(grad, x, value, args, stats, param_grads):
-            grads = spec.family.backward(spec, grad, x, value, args, param_grads, *stats)
-            return grads if grads is not None else backward_impl.composite(spec, grad, x, value, args, param_grads)
+            return _gradients(spec, grad, x, value, args, stats, param_grads)
         # forward's inputs are (spec, x, value, *args): x's need is the second
         return (None, *_input_gradients(spec, ctx, ctx.needs_input_grad[1:], grad, 2, fused))

@@ -20,9 +20,6 @@ from functools import partial
 import torch
 
 
-_TENSOR_PARAMS = ("weight", "bias", "mask")
-
-
 def _placements(spec, args: tuple, backward: bool):
     """(number of outputs, [(output placements, input placements)]) of the op called on
     `args` (DTensorSpecs where the op takes tensors)."""
