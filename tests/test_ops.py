@@ -241,16 +241,20 @@ def test_zero_d_rms_norm_with_a_weight():
 
 def test_public_functions_have_their_references_signature_and_their_doc():
     """Each op's arguments are its reference's (the custom op's order); rms_norm's public form
-    is F.rms_norm's, with its dim form by keyword."""
+    is F.rms_norm's, with its dim form by keyword; the norms' weight_offset is by keyword."""
+    keyword_only = {"rms_norm": ["dim", "weight_offset"], "layer_norm": ["weight_offset"]}
     for name, spec in REGISTRY.items():
         fn = getattr(normscan, name)
         assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc
         second = [spec.region_param] if spec.region_param else []
+        parameters = inspect.signature(fn).parameters
+        if name in keyword_only:
+            assert [n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY] == keyword_only[name]
+        positional = [n for n in parameters if n not in keyword_only.get(name, [])]
         if name == "rms_norm":
-            assert list(inspect.signature(fn).parameters) == ["x", "normalized_shape", "weight", "eps", "dim"]
-            assert inspect.signature(fn).parameters["dim"].kind is inspect.Parameter.KEYWORD_ONLY
+            assert positional == ["x", "normalized_shape", "weight", "eps"]
             continue
-        assert list(inspect.signature(fn).parameters) == ["x", *second, *spec.params]
+        assert positional == ["x", *second, *spec.params]
         assert list(inspect.signature(spec.reference).parameters) == ["x", *second, *spec.params]
     assert inspect.signature(normscan.cumsum).parameters["reverse"].kind is inspect.Parameter.KEYWORD_ONLY
 

@@ -44,12 +44,47 @@ class L1Norm(nn.Module):
         return f"dim={self.dim}"
 
 
-class RMSNorm(nn.RMSNorm):
+class _WeightOffset:
+    """``weight_offset``: scale by ``weight_offset + weight`` (Gemma's RMSNorm, zero-centred
+    gamma). The weight starts at ``1 - weight_offset``, so that a new module scales by 1 as
+    torch.nn's does (Gemma's zeros for an offset of 1)."""
+
+    weight_offset: float = 0.0
+
+    def _set_weight_offset(self, weight_offset: float) -> None:
+        if type(weight_offset) not in (int, float):
+            raise TypeError(f"normscan.{type(self).__name__}: weight_offset must be a Python number, "
+                            f"got {type(weight_offset).__name__}")
+        if weight_offset != 0 and self.weight is None:
+            raise ValueError(f"normscan.{type(self).__name__}: weight_offset={weight_offset} scales a weight, and "
+                             "elementwise_affine=False makes none: leave weight_offset at 0")
+        self.weight_offset = float(weight_offset)
+        if weight_offset != 0:
+            self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if self.weight_offset != 0:
+            with torch.no_grad():
+                self.weight.sub_(self.weight_offset)
+
+    def extra_repr(self) -> str:
+        offset = f", weight_offset={self.weight_offset}" if self.weight_offset else ""
+        return super().extra_repr() + offset
+
+
+class RMSNorm(_WeightOffset, nn.RMSNorm):
     """torch.nn.RMSNorm's drop-in (its constructor, parameters, state_dict and repr):
-    :func:`normscan.rms_norm` over the last ``len(normalized_shape)`` dims."""
+    :func:`normscan.rms_norm` over the last ``len(normalized_shape)`` dims. ``weight_offset``
+    (keyword only): y scaled by ``weight_offset + weight`` (Gemma's ``RMSNorm`` is
+    ``weight_offset=1``, its weight starting at 0)."""
+
+    def __init__(self, *args, weight_offset: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._set_weight_offset(weight_offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps, weight_offset=self.weight_offset)
 
 
 class FrobeniusNorm(nn.Module):
@@ -60,12 +95,19 @@ class FrobeniusNorm(nn.Module):
         return ops.frobenius_normalize(x)
 
 
-class LayerNorm(nn.LayerNorm):
+class LayerNorm(_WeightOffset, nn.LayerNorm):
     """torch.nn.LayerNorm's drop-in (its constructor, parameters, state_dict and repr; KernelBench
-    40_LayerNorm's ``Model(normalized_shape)``): :func:`normscan.layer_norm`."""
+    40_LayerNorm's ``Model(normalized_shape)``): :func:`normscan.layer_norm`. ``weight_offset``
+    (keyword only): y scaled by ``weight_offset + weight`` (zero-centred gamma: 1, the weight
+    starting at 0)."""
+
+    def __init__(self, *args, weight_offset: float = 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._set_weight_offset(weight_offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
+                              weight_offset=self.weight_offset)
 
 
 class GroupNorm(nn.GroupNorm):

@@ -57,7 +57,7 @@ _L1_NORMALIZE = declare(l1_normalize, family="reduce_scale", functor="L1NormOp",
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
-             eps: float | None = None, *, dim: int | None = None) -> torch.Tensor:
+             eps: float | None = None, *, dim: int | None = None, weight_offset: float = 0.0) -> torch.Tensor:
     """``F.rms_norm(x, normalized_shape, weight, eps)``: x over the root mean square of its last
     ``len(normalized_shape)`` dims, ``x / sqrt(mean(x ** 2) + eps)``, times ``weight`` (of
     shape normalized_shape) when given, in one pass over memory. With ``dim=`` instead of
@@ -69,7 +69,12 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     squared and summed in fp32 (PyTorch's own fp16 ``x ** 2`` overflows above 256). eps=0 with
     a zero row gives NaN, as the expression does. The normalized dims are read as one row
     where they are one run of constant stride; otherwise x is copied first.
+
+    ``weight_offset`` scales by ``weight_offset + weight`` instead (Gemma's ``1 + weight``,
+    zero-centred gamma): a sum the size of the weight, in float32 for a 16-bit one, then the
+    same one pass over x.
     """
+    weight, _ = _offset_weight("rms_norm", x, weight_offset, weight)
     if dim is None and _one_last_dim(x, normalized_shape):  # F.rms_norm's common case: the last dim
         dim, normalized_shape = -1, None
     if dim is not None and normalized_shape is None:
@@ -91,6 +96,28 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     if merged is None:
         merged = view.merge_trailing(x.contiguous(), len(shape))
     return _RMS_NORM.call(merged, -1, eps, weight).view(x.shape)
+
+
+def _offset_weight(name: str, x: torch.Tensor, offset: float, weight: torch.Tensor | None,
+                   bias: torch.Tensor | None = None) -> tuple:
+    """(offset + weight, bias): the factor a norm with a weight offset scales by (Gemma's
+    ``1 + weight``, TransformerEngine's zero-centred gamma), and the bias beside it; the two as
+    given where the offset is 0. A 16-bit weight beside a 16-bit x is widened to float32 first
+    (its bias with it), as Gemma computes ``1 + weight`` (bf16 rounds 1 + 0.01 to 1.0078); the
+    kernels read float32 parameters beside a 16-bit x as they are. The sum is the weight's size,
+    not x's: the norm's one pass over x is unchanged, and the gradients flow through it."""
+    if type(offset) not in (int, float):
+        raise TypeError(f"normscan.{name}: weight_offset must be a Python number, got {type(offset).__name__}")
+    if offset == 0:
+        return weight, bias
+    if not isinstance(weight, torch.Tensor):
+        raise ValueError(f"normscan.{name}: weight_offset={offset} scales by weight_offset + weight, and no weight was "
+                         f"given: pass a weight, or leave weight_offset at 0")
+    if isinstance(x, torch.Tensor) and weight.dtype == x.dtype and x.dtype in (torch.float16, torch.bfloat16):
+        weight = weight.float()
+        if isinstance(bias, torch.Tensor) and bias.dtype == x.dtype:
+            bias = bias.float()
+    return weight + offset, bias
 
 
 def _one_last_dim(x: object, normalized_shape: object) -> bool:
@@ -155,7 +182,7 @@ _LOG_SOFTMAX = declare(log_softmax, family="reduce_scale", functor="LogSoftmaxOp
 
 
 def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
+               bias: torch.Tensor | None = None, eps: float = 1e-5, *, weight_offset: float = 0.0) -> torch.Tensor:
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` in one pass over memory:
     ``(x - mean) / sqrt(var + eps) * weight + bias`` over x's last ``len(normalized_shape)``
     dims, var the biased variance.
@@ -167,7 +194,11 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tenso
     rows longer than a thread-block cluster holds), never as a squared sum less a sum
     squared. A row with inf or NaN gives NaN, as PyTorch's does. For the backward it saves each
     row's mean and rstd (1 / sqrt(var + eps); 8 bytes a row, 16 for float64), as PyTorch does.
+
+    ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma), as in
+    :func:`rms_norm`.
     """
+    weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
     return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)
 
 
