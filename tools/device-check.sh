@@ -2,7 +2,7 @@
 # On a GPU machine, from a checkout: build, GPU tests, the main job, the sweeps, and probes.
 # Logs and records go to OUTDIR. A copy of a checkout without .git can name its commit in
 # NORMSCAN_COMMIT (bench.json records it).
-# Usage: tools/device-check.sh OUTDIR [tests|cases|export|huge|bench|sweep|training|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify|coverage]...
+# Usage: tools/device-check.sh OUTDIR [tests|cases|export|huge|bench|sweep|training|models|tune|ncu|sanitize|memcheck|racecheck|kernels|overhead|verify|coverage]...
 #   (default steps: tests cases export bench)
 #   tests: every test but test_kernels.py's cases (the step cases), test_export.py (the
 #   step export), the >2**31-element cases and the nvcc compile checks (CI runs those), in
@@ -13,7 +13,8 @@
 #   other tests they ran past a call's limit on the H200, 2026-11-28 and 2026-12-01);
 #   huge: the >2**31-element cases (tens of GB of device memory:
 #   they fit an 80 GB H100); training: `bench --training` (backward
-#   and forward+backward beside the peers that are installed); tune: tools/tune.py over the
+#   and forward+backward beside the peers that are installed); models: tools/model_step.py (a
+#   Llama's and a resnet50's training step with torch.nn's norms and with normscan's); tune: tools/tune.py over the
 #   variants in $NORMSCAN_TUNE_VARIANTS (';'-separated -D flag sets; "" is the defaults),
 #   built in the background while the earlier steps run; ncu: tools/ncu_probe.py, the DRAM
 #   bytes (ncu's own counters), throughput, warp stalls and occupancy of the open gaps'
@@ -65,6 +66,7 @@ for step in $steps; do
              | tee "$dir/sweep_scan.log" | tail -12 || status=1 ;;
     training) python3 -m normscan bench --training --repeat 10 --rounds 2 --out "$dir/training" 2>&1 \
                 | tee "$dir/training.log" | tail -45 || status=1 ;;
+    models) python3 tools/model_step.py 2>&1 | tee "$dir/models.log" | tail -5 || status=1 ;;
     cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --durations=15 tests/test_kernels.py \
              tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
     coverage) rm -rf "$dir/coverage"
