@@ -14,8 +14,9 @@ Bandwidth counts the fewest bytes any implementation must move: x read once, y w
 
 Training entries time each implementation's backward alone (``torch.autograd.grad`` on a
 graph made before the timed calls, kept with ``retain_graph``; L2 cold as above), or its
-forward and backward together through autograd as a training loop calls them: steps back to
-back on rotated inputs, host time included where it exceeds the device's (time_steps_ms).
+forward and backward together through autograd as a training loop calls them: batches of
+steps back to back on rotated inputs, host time included where it exceeds the device's
+(time_steps_ms).
 """
 
 from __future__ import annotations
@@ -127,25 +128,37 @@ def time_ms(fn: Callable, xs: list[torch.Tensor], p, repeat: int, warmup: int = 
     return statistics.median(times)
 
 
+STEPS_A_BATCH = 10  # back-to-back steps timed together, time_steps_ms's unit
+
+
 def time_steps_ms(fn: Callable, xs: list[torch.Tensor], p, repeat: int, warmup: int = 3) -> float:
-    """fn(x, p) as a training loop runs it: `repeat` calls back to back, x cycling through
-    `xs`, timed together; the mean a call. Nothing runs between the calls, so a host path
-    slower than the kernels shows as it does to users (time_ms hides it behind its lead)."""
+    """fn(x, p) as a training loop runs it: `repeat` batches of STEPS_A_BATCH calls (on CUDA;
+    one on the CPU) back to back, x cycling through `xs`, each batch timed together; the median batch's mean a call.
+    Nothing runs between the calls, so a host path slower than the kernels shows as it does to
+    users (time_ms hides it behind its lead). The median of batches, not one mean over all
+    calls: a stall of ~1 ms in one of 10 steps (seen on the H100 in a few steps in 30) moved a
+    single mean by 30-90%."""
     for i in range(warmup):
         fn(xs[i % len(xs)], p)
-    if not xs[0].is_cuda:
-        start = time.perf_counter()
-        for i in range(repeat):
+    cuda = xs[0].is_cuda
+    steps = STEPS_A_BATCH if cuda else 1  # the CPU's reference, timed one call a batch
+    means = []
+    for _ in range(repeat):
+        if cuda:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            began = time.perf_counter()
+        for i in range(steps):
             fn(xs[i % len(xs)], p)
-        return 1e3 * (time.perf_counter() - start) / repeat
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(repeat):
-        fn(xs[i % len(xs)], p)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / repeat
+        if cuda:
+            end.record()
+            end.synchronize()
+            means.append(start.elapsed_time(end) / steps)
+        else:
+            means.append(1e3 * (time.perf_counter() - began) / steps)
+    return statistics.median(means)
 
 
 def copy_bandwidth(repeat: int, device: str = "cuda") -> float:
