@@ -182,3 +182,41 @@ def test_a_small_cnn_trains_as_the_pytorch_one_does(norm):
     assert runs[0][-1] < runs[0][0]
     for (k, a), (_, b) in zip(ours.state_dict().items(), theirs.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("dtype, param_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                                (torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                                (torch.float64, torch.float64)])
+def test_batch_norm_gradients_in_every_dtype_pair_and_layout(dtype, param_dtype, training, layout):
+    """batch_norm's dx, dw and db on CUDA within twice PyTorch's own error against float64
+    (float64: the forward's bound), training and not, contiguous and channels_last, in x's and
+    the parameters' dtypes, dx in x's layout."""
+    from normscan.bench import testing
+
+    torch.manual_seed(0)
+    x = (torch.randn(6, 32, 9, 11, device="cuda") * 3 + 1).to(dtype)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.rand(32, device="cuda") + 0.5).to(param_dtype)
+    b = torch.randn(32, device="cuda").to(param_dtype)
+    g = torch.randn(x.shape, device="cuda").to(dtype)
+    rm, rv = torch.randn(32, device="cuda").to(param_dtype), (torch.rand(32, device="cuda") + 0.5).to(param_dtype)
+
+    def grads(op, cast):
+        xs, ws, bs = (cast(t).detach().requires_grad_() for t in (x, w, b))
+        running = (None, None) if training else (cast(rm), cast(rv))
+        y = op(xs, *running, ws, bs, training, 0.1, 1e-5)
+        return torch.autograd.grad(y, (xs, ws, bs), cast(g))
+    ours = grads(normscan.batch_norm, lambda t: t)
+    theirs = grads(F.batch_norm, lambda t: t)
+    exact = grads(F.batch_norm, lambda t: t.double())
+    assert ours[0].stride() == x.stride()
+    for o, t, e, what in zip(ours, theirs, exact, ("dx", "dw", "db")):
+        assert o.dtype == t.dtype, what
+        error, mismatch = testing.rel_error(o, e)
+        bound = testing.NORM_BOUNDS[torch.float64] if dtype == torch.float64 else \
+            max(2 * testing.rel_error(t, e)[0], 2 * testing.UNIT_ROUNDOFF[o.dtype])
+        assert not mismatch and error <= bound, (what, error, bound, mismatch)
