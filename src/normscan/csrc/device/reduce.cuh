@@ -14,10 +14,9 @@ struct SumOp {
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) { return a + b; }
 };
 // A NaN wins (unlike fmax's), so that it reaches every result that depends on it.
-// ONE_INSTRUCTION: fp32 as max.NaN (sm_80+), where the comparisons take two instructions
-// more; the 16-bit softmax rows were issue-bound (ms, H100, 2026-11-26: bf16 softmax
-// 32768x4096 0.195 -> 0.186, 8192x32768 0.393 -> 0.368), but the fp32 softmax backward ran
-// slower with it (4096x131072 2.354 -> 2.459): the backward keeps the comparisons.
+// ONE_INSTRUCTION: fp32 as max.NaN (sm_80+), two instructions fewer than the comparisons;
+// the forward's issue-bound 16-bit rows take it, the fp32 softmax backward keeps the
+// comparisons (measured: docs/tuning-record.md, max-nan).
 #ifndef NORMSCAN_MAX_NAN
 #define NORMSCAN_MAX_NAN 1
 #endif

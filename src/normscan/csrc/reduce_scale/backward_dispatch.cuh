@@ -80,12 +80,8 @@ using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
                                         (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
                                         CLUSTER>;
 // A weighted op's clusters: pipelined (backward.cuh), each row scaled while the next one's
-// sums cross the cluster, in 3 stages (the row scaled, the row summed, one on its way); 4
-// for 16-bit rows on 256-thread blocks (one a SM then). rms_norm + w backward alone, ms
-// (H100, 2026-11-27, tools/tune.py; not pipelined -> 3 stages -> 16-bit narrow blocks' 4):
-// fp32 4096x16384 0.290 -> 0.273, 2048x32768 0.302 -> 0.277, 1024x65536 0.297 -> 0.280;
-// bf16 2048x32768 0.171 -> 0.161 -> 0.152, 1024x65536 0.173 -> 0.161 -> 0.153 (fp32's narrow
-// blocks at 4 stages: 0.273 -> 0.276 and 0.277 -> 0.275).
+// sums cross the cluster, in 3 stages, 4 for 16-bit rows on 256-thread blocks (measured:
+// docs/tuning-record.md, backward-pipeline-stages).
 // MINB resident blocks a SM asked, clusters of up to MAX_CLUSTER blocks.
 template <int BLOCK, int TPR, bool CLUSTER, int MINB, int MAX_CLUSTER>
 using PipelinedConfig = BackwardRowsConfig<
@@ -126,37 +122,23 @@ using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
 template <template <int, int, bool> class Rows>
 using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
 // A weighted op's rows past a block go to clusters of 256-thread blocks (two a SM) before
-// those of the widest: rms_norm + w, backward alone, ms (H100, 2026-11-26, clusters of the
-// widest -> of the narrow): fp32 4096x16384 0.302 -> 0.296, 2048x32768 0.314 -> 0.305; bf16
-// 2048x32768 0.179 -> 0.177, 1024x65536 0.189 -> 0.180 (fp32 rows of 65536, past 8 narrow
-// blocks, stay on the widest).
+// those of the widest (measured: docs/tuning-record.md, backward-narrow-clusters).
 template <template <int, int, bool> class Rows>
 using NarrowClusterRung = Rows<256, 256, true>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
 // than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then a block of the widest,
-// then the long rung. The widest block took the rows a cluster of two narrow ones held
-// (without a weight) or the long rung (fp32 with one): layer_norm backward alone, ms (H100,
-// 2026-11-26): fp32 + w 43690x6144 1.287 -> 1.187, 32768x8192 1.159 -> 1.093; without a
-// weight fp32 32768x8192 1.111 -> 1.077, bf16 16384x16384 0.569 -> 0.549, fp32 43690x6144
-// level. 16-bit rows with a weight: the long rung's dw and db, 64 elements a thread each,
-// spilled 232-260 bytes; past the widest block (bf16 16384x16384 0.700 -> 0.645 ms on it
-// against a cluster of two narrow ones) they take clusters of the narrow blocks and then of
-// the widest, and past those a long rung of half the vectors a thread in clusters of up to
-// 16 (bf16 8192x65536 on it from the first block past a block: 1.565 -> 1.686 ms; (2048,
-// 262144), the composite before, 13.151 -> 2.095).
+// then the long rung; 16-bit rows with a weight past the widest block take clusters of the
+// narrow blocks, then of the widest, then a long rung of half the vectors a thread in
+// clusters of up to 16 (measured: docs/tuning-record.md, backward-centered-rungs).
 using HalfLongRung = LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, kMaxCluster, NORMSCAN_BACKWARD_LONG_VECS / 2>;
 template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
                                     BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
                                     BlockRung<BackwardRows>, Past...>;
 // Rows with a weight past the widest block (one exchange a row, the forward's mean and rstd
-// read) take pipelined clusters, one block a SM (its stages fill shared memory): fp32 of up
-// to 16 of the widest blocks, then the long rung: layer_norm + w backward alone, ms (H100,
-// 2026-11-28, tools/tune.py; long rung -> clusters of up to 8 -> of up to 16): 8192x32768
-// 1.113 -> 1.092 -> 1.090, 4096x131072 2.209 -> 2.448 -> 2.192. 16-bit: up to 8 narrow blocks
-// (255 registers a thread: at 128, 4 vectors a thread spilled 12 bytes), then the widest
-// blocks' clusters: H200, bf16 8192x32768 0.478 -> 0.459; 16 narrow ones for 4096x131072 lost
-// there (0.918 -> 0.944) though a spilling build of them won on the H100 (docs/archive/NOTES.md).
+// read) take pipelined clusters, one block a SM: fp32 of up to 16 of the widest blocks, then
+// the long rung; 16-bit up to 8 narrow blocks, then the widest blocks' clusters (measured:
+// docs/tuning-record.md, backward-centered-pipelined).
 template <int BLOCK, int MAX_CLUSTER> using CenteredPipelined = PipelinedConfig<BLOCK, BLOCK, true, 1, MAX_CLUSTER>;
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<

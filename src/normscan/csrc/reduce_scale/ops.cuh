@@ -117,13 +117,9 @@ struct RmsNormOp : ReduceScaleTraits {
   template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t n) { return -c * c * c / A(n); }
 };
 
-// exp of x <= 0 (x - the row's maximum). fp32: ex2.approx of x * log2(e), relative error
-// below 2 + 1.2 |x| ulp (CUDA's __expf), against 8 instructions more for expf; a 16-bit
-// row of 32768 was compute-bound with expf (softmax at 70% of copy, log_softmax's one exp
-// an element at 79%). Its .ftz form: results below 2**-126 (x < -87.3) are 0, not
-// subnormal, where __expf spends 3 instructions more on each exp to keep them: the 16-bit
-// rows were issue-bound (ms, H100, 2026-11-26, __expf -> .ftz: bf16 softmax 32768x4096
-// 0.213 -> 0.194, 8192x32768 0.440 -> 0.391; fp32 rows unchanged).
+// exp of x <= 0 (x - the row's maximum). fp32: ex2.approx of x * log2(e) (CUDA's __expf's
+// error, 2 + 1.2 |x| ulp), results below 2**-126 flushed to 0: fewer instructions on rows
+// that are issue-bound (measured: docs/tuning-record.md, exp-ftz).
 #ifndef NORMSCAN_EXP_FTZ
 #define NORMSCAN_EXP_FTZ 1
 #endif

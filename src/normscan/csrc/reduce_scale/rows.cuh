@@ -27,11 +27,7 @@
 struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
 
 // 1: clustered fp32 rows of ops without a weight load x and store y under the L2 evict_last
-// policy too. ms, H200, tools/tune.py, 3 rounds (2026-12-01): off -> on, KernelBench 38
-// 4.334 -> 4.225, 39 4.336 -> 4.296, softmax (4096, 131072) 1.193 -> 1.169, the other fp32
-// rows level. Where every clustered row took it, bf16 long rows and fp32 rms_norm + w were
-// 1.5-3% slower, and fp64's spilled 4 bytes. On the H100 (2026-11-22, the kernel of then)
-// the store hint cost 38 0.3% and the load hint nothing (docs/archive/NOTES.md); not timed there since.
+// policy too (measured: docs/tuning-record.md, rows-cluster-l2-last).
 #ifndef NORMSCAN_ROWS_CLUSTER_L2_LAST
 #define NORMSCAN_ROWS_CLUSTER_L2_LAST 1
 #endif

@@ -41,9 +41,7 @@ struct SlabSplitting {
 };
 
 // Vectors a thread has in flight: kRereadUnroll 16-byte ones, or NORMSCAN_SLAB_ELEMENT_UNROLL
-// single elements. 4 -> 8 (tools/tune.py, fp32 ms, H100, 2026-11-27): rms_norm (1, 4194304, 3)
-// 0.070 -> 0.063 and softmax 0.076 -> 0.067 while the sum kernel took a part's tiles one
-// slab_add each; since they are one slab_add, rms_norm and l2_normalize 0.067 -> 0.068.
+// single elements (measured: docs/tuning-record.md, slab-element-unroll).
 #ifndef NORMSCAN_SLAB_ELEMENT_UNROLL
 #define NORMSCAN_SLAB_ELEMENT_UNROLL 4
 #endif
