@@ -137,3 +137,54 @@ def test_every_op_on_dtensors_as_on_the_full_tensor(world):
 
 def test_a_tensor_parallel_block_trains_as_the_whole_one_does():
     assert _spawn(_block_worker, 2) == []
+
+
+def _hidden_worker(rank: int, world: int, port: int, failures) -> None:
+    """rms_norm and layer_norm over a hidden dim split unevenly across the ranks: each rank's
+    slice of y and of the gradients (x's, the weight's, the bias's) against F's on the full
+    tensor in one process; bf16 slices within bf16's bound of float64."""
+    import torch.nn.functional as F
+
+    from normscan.bench import testing
+    from normscan.distributed import layer_norm_hidden_sharded, rms_norm_hidden_sharded
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        hidden = 6 * world + 1
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(3, 5, hidden, generator=gen, dtype=torch.float64) * 2 + 3
+        g = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        w = torch.rand(hidden, generator=gen, dtype=torch.float64) + 0.5
+        b = torch.randn(hidden, generator=gen, dtype=torch.float64)
+        part = torch.tensor_split(torch.arange(hidden), world)[rank]
+        cases = {"rms_norm": (lambda x, w, b: F.rms_norm(x, (hidden,), w, 1e-6),
+                              lambda x, w, b: rms_norm_hidden_sharded(x, w, 1e-6)),
+                 "layer_norm": (lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-5),
+                                lambda x, w, b: layer_norm_hidden_sharded(x, w, b, 1e-5))}
+        for name, (whole, sharded) in cases.items():
+            full = [t.clone().requires_grad_() for t in (x, w, b)]
+            y = whole(*full)
+            expected = [y[..., part], *(d if d is None else d for d in torch.autograd.grad(y, full, g,
+                                                                                          allow_unused=True))]
+            mine = [t[..., part].clone().requires_grad_() for t in (x, w, b)]
+            ys = sharded(*mine)
+            grads = torch.autograd.grad(ys, mine, g[..., part], allow_unused=True)
+            if not torch.allclose(ys, expected[0], rtol=1e-12, atol=1e-12):
+                failures.append(f"{name} rank {rank}: y differs")
+            for what, ours, theirs in zip(("dx", "dw", "db"), grads, expected[1:]):
+                if theirs is None or (name == "rms_norm" and what == "db"):
+                    continue
+                if not torch.allclose(ours, theirs[..., part], rtol=1e-10, atol=1e-12):
+                    failures.append(f"{name} rank {rank}: {what} differs")
+            y16 = sharded(x[..., part].bfloat16(), w[part].bfloat16(), b[part].bfloat16())
+            error, mismatch = testing.rel_error(y16, expected[0].detach())
+            if y16.dtype != torch.bfloat16 or mismatch or error > testing.NORM_BOUNDS[torch.bfloat16]:
+                failures.append(f"{name} rank {rank}: bf16 error {error} {mismatch}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_norms_over_a_sharded_hidden_dim_as_over_the_full_one(world):
+    assert _spawn(_hidden_worker, world) == []

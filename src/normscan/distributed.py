@@ -1,4 +1,5 @@
-"""DTensor sharding rules for every custom op and its backward op.
+"""DTensor sharding rules for every custom op and its backward op; rms_norm and layer_norm
+over a hidden dim sharded across a process group (below).
 
 A DTensor sharded on a dim its op does not reduce or scan over (rows sharded over the
 sequence or the batch: the region's ``independent_dims``) runs locally, with no
@@ -107,3 +108,71 @@ def register() -> None:
             propagator.register_op_strategy(op, partial(_strategy, spec, backward),
                                             RuntimeSchemaInfo(static, needs_pytree=True))
     _registered = True
+
+
+# ---------------------------------------------------------------- norms over a sharded hidden dim
+# Tensor parallelism that leaves activations sharded on the hidden dim (vLLM's TP RMSNorm):
+# each rank holds x[..., its slice of hidden] and the weight's (and bias's) slice. Each row's
+# partial statistics are found locally, merged across the group in one all-reduce, then each
+# rank scales its slice. Differentiable: autograd's backward of the all-reduce is one
+# all-reduce of the statistics' gradients (rows x 2 values again). The local passes are
+# PyTorch's elementwise ops for now, not fused kernels (16-bit x in float32).
+
+def _summed(t: torch.Tensor, group) -> torch.Tensor:
+    """The sum of t over the group's ranks, differentiable (its gradient summed likewise)."""
+    from torch.distributed.nn.functional import all_reduce
+
+    return all_reduce(t, group=group)
+
+
+def _widened(x: torch.Tensor) -> torch.Tensor:
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def rms_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
+                            group=None) -> torch.Tensor:
+    """``F.rms_norm`` over the last dim of a tensor whose last dim is sharded across `group`
+    (a process group; None: the default one): `x` and `weight` are this rank's slices, the
+    result is this rank's slice of y. One all-reduce of rows x 2 values (each row's sum of
+    squares and element count, so uneven slices are fine); eps None as ``F.rms_norm``."""
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    xf = _widened(x)
+    local = torch.stack([(xf * xf).sum(-1), torch.full(xf.shape[:-1], float(x.shape[-1]), dtype=xf.dtype,
+                                                       device=x.device)], -1)
+    total = _summed(local, group)
+    rstd = torch.rsqrt(total[..., :1] / total[..., 1:] + eps)
+    y = xf * rstd
+    if weight is not None:
+        y = y * weight
+    return y.to(x.dtype)
+
+
+def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                              eps: float = 1e-5, group=None) -> torch.Tensor:
+    """``F.layer_norm`` over the last dim of a tensor whose last dim is sharded across `group`,
+    as :func:`rms_norm_hidden_sharded`. Each rank's (count, mean, squared deviations from its
+    mean) are merged by Chan's formula, M2 = sum(m2_i) + sum(n_i (mean_i - mean)^2): no
+    squared sum less a sum squared. The ranks' triples travel in one all-reduce of
+    ranks x rows x 3 values (each rank fills its own slot), which autograd differentiates
+    (an all-gather's backward needs a reduce-scatter, which gloo lacks)."""
+    import torch.distributed as dist
+
+    xf = _widened(x)
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    n = float(x.shape[-1])
+    mean = xf.mean(-1)
+    m2 = (xf - mean.unsqueeze(-1)).square().sum(-1)
+    mine = torch.stack([torch.full_like(mean, n), mean, m2], -1)
+    slots = torch.zeros((world, *mine.shape), dtype=mine.dtype, device=x.device)
+    slots = slots.index_put((torch.tensor([rank], device=x.device),), mine.unsqueeze(0))
+    counts, means, m2s = _summed(slots, group).unbind(-1)
+    total = counts.sum(0)
+    grand = (counts * means).sum(0) / total
+    var = (m2s.sum(0) + (counts * (means - grand).square()).sum(0)) / total
+    y = (xf - grand.unsqueeze(-1)) * torch.rsqrt(var.unsqueeze(-1) + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y.to(x.dtype)
