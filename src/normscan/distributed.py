@@ -118,11 +118,26 @@ def register() -> None:
 # all-reduce of the statistics' gradients (rows x 2 values again). The local passes are
 # PyTorch's elementwise ops for now, not fused kernels (16-bit x in float32).
 
-def _summed(t: torch.Tensor, group) -> torch.Tensor:
-    """The sum of t over the group's ranks, differentiable (its gradient summed likewise)."""
-    from torch.distributed.nn.functional import all_reduce
+class _Summed(torch.autograd.Function):
+    """The sum of a tensor over a process group's ranks; its gradient summed likewise (each
+    rank's part reaches every rank's result)."""
 
-    return all_reduce(t, group=group)
+    @staticmethod
+    def forward(ctx, t, group):
+        import torch.distributed as dist
+
+        ctx.group = group
+        out = t.clone()
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _Summed.apply(grad.contiguous(), ctx.group), None
+
+
+def _summed(t: torch.Tensor, group) -> torch.Tensor:
+    return _Summed.apply(t.contiguous(), group)
 
 
 def _widened(x: torch.Tensor) -> torch.Tensor:
@@ -176,3 +191,32 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     if bias is not None:
         y = y + bias
     return y.to(x.dtype)
+
+
+def hidden_sharded_call(spec, x, value, args: list):
+    """rms_norm or layer_norm of a DTensor sharded on its last dim alone (one mesh dim), over
+    that dim: the functions above on the local slices (the weight and bias taken as Shard(0),
+    a replicated one sliced locally, no communication), y sharded as x; None for every other
+    call (the sharding rules then, which replicate x first)."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    if spec.name not in ("rms_norm", "layer_norm") or not isinstance(x, DTensor) or x.device_mesh.ndim != 1:
+        return None
+    last = x.dim() - 1
+    reduces_last = value == last if spec.name == "rms_norm" else len(value) == 1
+    if x.dim() == 0 or not reduces_last or tuple(x.placements) != (Shard(last),):
+        return None
+    given = dict(zip(spec.params, args))
+    mesh = x.device_mesh
+    params = []
+    for name in ("weight", "bias") if spec.name == "layer_norm" else ("weight",):
+        t = given.get(name)
+        if t is not None and not (isinstance(t, DTensor) and t.device_mesh == mesh):
+            return None
+        params.append(None if t is None else t.redistribute(mesh, [Shard(0)]).to_local())
+    group = mesh.get_group()
+    if spec.name == "rms_norm":
+        y = rms_norm_hidden_sharded(x.to_local(), params[0], given["eps"], group)
+    else:
+        y = layer_norm_hidden_sharded(x.to_local(), params[0], params[1], given["eps"], group)
+    return DTensor.from_local(y, mesh, x.placements, shape=x.shape, stride=x.stride())
