@@ -1,7 +1,9 @@
 """DTensor: every op on sharded tensors, in real processes talking through real collectives
 (gloo, on the CPU), against the op on the full tensor in one process. Sharded on a dim the
 op does not reduce, y keeps x's placement (no communication) and the weight's gradient is
-Partial; sharded elsewhere, DTensor replicates first. Values and gradients in float64."""
+Partial; the scans sharded along their dim and rms_norm and layer_norm along the hidden dim
+keep it too (a carry, partial statistics); sharded elsewhere, DTensor replicates first.
+Values and gradients in float64."""
 
 import os
 import socket
@@ -66,6 +68,12 @@ def _ops_worker(rank: int, world: int, port: int, failures) -> None:
                 y = call(name, dx, -1, **given)
                 grads = torch.autograd.grad(y, [dx, *dparams], distribute_tensor(g, mesh, y.placements))
                 where = f"{name} x {placement}"
+                # Sharded along the dim reduced or scanned, yet kept so: the sharded-hidden norms
+                # and the scans' carries (distributed.sharded_call).
+                kept = placement == Shard(x.dim() - 1) and (spec.family.name == "scan" or
+                                                            name in ("rms_norm", "layer_norm"))
+                if kept and y.placements != (placement,):
+                    failures.append(f"{where}: gathered, y {y.placements}")
                 if local and (y.placements != (placement,) or
                               any(d.placements != (Partial(),) for d in grads[1:])):
                     failures.append(f"{where}: communicated: y {y.placements}, "

@@ -4,8 +4,11 @@ over a hidden dim sharded across a process group (below).
 A DTensor sharded on a dim its op does not reduce or scan over (rows sharded over the
 sequence or the batch: the region's ``independent_dims``) runs locally, with no
 communication: y sharded as x, the weight and bias replicated, their gradients ``Partial``
-(each rank's sum over its rows; DTensor sums them where they are used). Any other placement
-is replicated first by DTensor (an all-gather), the op run whole on each rank. The ops that
+(each rank's sum over its rows; DTensor sums them where they are used). Sharded along the dim
+it reduces or scans, rms_norm and layer_norm over the last dim and the scans keep x's
+placement too (sharded_call: one all-reduce of partial statistics, or of the shards' totals
+for the scans' carries). Any other placement is replicated first by DTensor (an all-gather),
+the op run whole on each rank. The ops that
 update running statistics (instance_norm, batch_norm) take the replicated rule alone.
 
 The rules are registered with DTensor's sharding propagator as ``register_sharding`` does; the
@@ -171,17 +174,12 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     squared sum less a sum squared. The ranks' triples travel in one all-reduce of
     ranks x rows x 3 values (each rank fills its own slot), which autograd differentiates
     (an all-gather's backward needs a reduce-scatter, which gloo lacks)."""
-    import torch.distributed as dist
-
     xf = _widened(x)
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
     n = float(x.shape[-1])
     mean = xf.mean(-1)
     m2 = (xf - mean.unsqueeze(-1)).square().sum(-1)
     mine = torch.stack([torch.full_like(mean, n), mean, m2], -1)
-    slots = torch.zeros((world, *mine.shape), dtype=mine.dtype, device=x.device)
-    slots = slots.index_put((torch.tensor([rank], device=x.device),), mine.unsqueeze(0))
-    counts, means, m2s = _summed(slots, group).unbind(-1)
+    counts, means, m2s = _gathered(mine, group).unbind(-1)
     total = counts.sum(0)
     grand = (counts * means).sum(0) / total
     var = (m2s.sum(0) + (counts * (means - grand).square()).sum(0)) / total
@@ -193,18 +191,73 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     return y.to(x.dtype)
 
 
-def hidden_sharded_call(spec, x, value, args: list):
-    """rms_norm or layer_norm of a DTensor sharded on its last dim alone (one mesh dim), over
-    that dim: the functions above on the local slices (the weight and bias taken as Shard(0),
-    a replicated one sliced locally, no communication), y sharded as x; None for every other
-    call (the sharding rules then, which replicate x first)."""
+def sharded_call(spec, x, value, args: list):
+    """A DTensor sharded (on one mesh dim) along the dim its op reduces or scans, where that
+    needs no gathering of x: rms_norm and layer_norm over a sharded last dim
+    (hidden_sharded_call), the scans along a sharded dim (scan_sharded_call); y sharded as x.
+    None for every other call (the sharding rules then, which replicate x first)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(x, DTensor) or x.device_mesh.ndim != 1 or x.dim() == 0 or not x.is_floating_point():
+        return None
+    if spec.name in ("rms_norm", "layer_norm"):
+        return hidden_sharded_call(spec, x, value, args)
+    if spec.family.name == "scan":
+        return scan_sharded_call(spec, x, value, args)
+    return None
+
+
+def _gathered(t: torch.Tensor, group) -> torch.Tensor:
+    """Every rank's t, stacked (ranks first), by one differentiable all-reduce of slots (an
+    all-gather's backward needs a reduce-scatter, which gloo lacks)."""
+    import torch.distributed as dist
+
+    slots = torch.zeros((dist.get_world_size(group), *t.shape), dtype=t.dtype, device=t.device)
+    slots = slots.index_put((torch.tensor([dist.get_rank(group)], device=t.device),), t.unsqueeze(0))
+    return _summed(slots, group)
+
+
+def scan_sharded_call(spec, x, dim: int, args: list):
+    """cumsum, cumprod or masked_cumsum of a DTensor sharded along the scanned dim: each rank
+    scans its shard, then adds (multiplies by) its carry, the sum (product) of the shards
+    before it (after it, reversed), from every shard's total, gathered in one all-reduce of
+    ranks x the total's size; exclusive scans take the same carry. A mask must be sharded as x
+    (or replicated: sliced locally)."""
+    import torch.distributed as dist
     from torch.distributed.tensor import DTensor, Shard
 
-    if spec.name not in ("rms_norm", "layer_norm") or not isinstance(x, DTensor) or x.device_mesh.ndim != 1:
+    if tuple(x.placements) != (Shard(dim),):
         return None
+    given = dict(zip(spec.params, args))
+    mesh, local = x.device_mesh, x.to_local()
+    mask = given.get("mask")
+    if mask is not None:
+        if not (isinstance(mask, DTensor) and mask.device_mesh == mesh and mask.shape == x.shape):
+            return None
+        mask = mask.redistribute(mesh, [Shard(dim)]).to_local()
+        given["mask"] = mask
+    y = spec.call(local, dim, *(given[n] for n in spec.params))
+    product = spec.name == "cumprod"
+    terms = local if mask is None else local * mask
+    total = terms.prod(dim, keepdim=True) if product else terms.sum(dim, keepdim=True)
+    totals = _gathered(total.to(y.dtype), mesh.get_group())
+    rank = dist.get_rank(mesh.get_group())
+    before = totals[rank + 1:] if given["reverse"] else totals[:rank]
+    # The first shard's carry too (a sum of none, 0; a product of none, 1): every rank's
+    # gradient then passes the all-reduce's backward, a collective each rank must call.
+    y = y * before.prod(0) if product else y + before.sum(0)
+    return DTensor.from_local(y, mesh, x.placements, shape=x.shape, stride=x.stride())
+
+
+def hidden_sharded_call(spec, x, value, args: list):
+    """rms_norm or layer_norm of a DTensor sharded on its last dim alone, over that dim: the
+    functions above on the local slices (the weight and bias taken as Shard(0), a replicated
+    one sliced locally, no communication), y sharded as x; None for other placements."""
+    from torch.distributed.tensor import DTensor, Shard
+
     last = x.dim() - 1
     reduces_last = value == last if spec.name == "rms_norm" else len(value) == 1
-    if x.dim() == 0 or not reduces_last or tuple(x.placements) != (Shard(last),):
+    if not reduces_last or tuple(x.placements) != (Shard(last),):
         return None
     given = dict(zip(spec.params, args))
     mesh = x.device_mesh

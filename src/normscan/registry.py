@@ -178,7 +178,7 @@ class OpSpec:
             return self.expression(x, value, *args)
         if type(x) is not _Tensor and type(x) is not _Parameter:  # a subclass (DTensor): its dispatch, the custom op's
             if type(x).__module__.startswith("torch.distributed.tensor"):
-                y = distributed.hidden_sharded_call(self, x, value, args)
+                y = distributed.sharded_call(self, x, value, args)
                 if y is not None:
                     return y
             distributed.register_for(x)
