@@ -160,69 +160,72 @@ def _hidden_worker(rank: int, world: int, port: int, failures) -> None:
     slice of y and of the gradients (x's, the weight's, the bias's) against F's on the full
     tensor in one process, through the functions and through normscan's ops on DTensors
     sharded on the hidden dim; bf16 slices within bf16's bound of float64."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        for hidden in (6 * world + 1, world - 1):  # uneven slices; a rank with none
+            _hidden_case(rank, world, hidden, failures)
+    finally:
+        dist.destroy_process_group()
+
+
+def _hidden_case(rank: int, world: int, hidden: int, failures) -> None:
     import torch.nn.functional as F
 
     from normscan.bench import testing
     from normscan.distributed import layer_norm_hidden_sharded, rms_norm_hidden_sharded
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        hidden = 6 * world + 1
-        gen = torch.Generator().manual_seed(0)
-        x = torch.randn(3, 5, hidden, generator=gen, dtype=torch.float64) * 2 + 3
-        g = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-        w = torch.rand(hidden, generator=gen, dtype=torch.float64) + 0.5
-        b = torch.randn(hidden, generator=gen, dtype=torch.float64)
-        part = torch.tensor_split(torch.arange(hidden), world)[rank]
-        cases = {"rms_norm": (lambda x, w, b: F.rms_norm(x, (hidden,), w, 1e-6),
-                              lambda x, w, b: rms_norm_hidden_sharded(x, w, 1e-6)),
-                 "layer_norm": (lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-5),
-                                lambda x, w, b: layer_norm_hidden_sharded(x, w, b, 1e-5))}
-        for name, (whole, sharded) in cases.items():
-            full = [t.clone().requires_grad_() for t in (x, w, b)]
-            y = whole(*full)
-            expected = [y[..., part], *(d if d is None else d for d in torch.autograd.grad(y, full, g,
-                                                                                          allow_unused=True))]
-            mine = [t[..., part].clone().requires_grad_() for t in (x, w, b)]
-            ys = sharded(*mine)
-            grads = torch.autograd.grad(ys, mine, g[..., part], allow_unused=True)
-            if not torch.allclose(ys, expected[0], rtol=1e-12, atol=1e-12):
-                failures.append(f"{name} rank {rank}: y differs")
-            for what, ours, theirs in zip(("dx", "dw", "db"), grads, expected[1:]):
-                if theirs is None or (name == "rms_norm" and what == "db"):
-                    continue
-                if not torch.allclose(ours, theirs[..., part], rtol=1e-10, atol=1e-12):
-                    failures.append(f"{name} rank {rank}: {what} differs")
-            # As DTensors sharded on the hidden dim (the weight and bias replicated, or sharded
-            # alike): y keeps x's placement (the full activations never gathered).
-            from torch.distributed.device_mesh import init_device_mesh
-            from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, hidden, generator=gen, dtype=torch.float64) * 2 + 3
+    g = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+    w = torch.rand(hidden, generator=gen, dtype=torch.float64) + 0.5
+    b = torch.randn(hidden, generator=gen, dtype=torch.float64)
+    part = torch.tensor_split(torch.arange(hidden), world)[rank]
+    cases = {"rms_norm": (lambda x, w, b: F.rms_norm(x, (hidden,), w, 1e-6),
+                          lambda x, w, b: rms_norm_hidden_sharded(x, w, 1e-6)),
+             "layer_norm": (lambda x, w, b: F.layer_norm(x, (hidden,), w, b, 1e-5),
+                            lambda x, w, b: layer_norm_hidden_sharded(x, w, b, 1e-5))}
+    for name, (whole, sharded) in cases.items():
+        full = [t.clone().requires_grad_() for t in (x, w, b)]
+        y = whole(*full)
+        expected = [y[..., part], *torch.autograd.grad(y, full, g, allow_unused=True)]
+        mine = [t[..., part].clone().requires_grad_() for t in (x, w, b)]
+        ys = sharded(*mine)
+        grads = torch.autograd.grad(ys, mine, g[..., part], allow_unused=True)
+        if not torch.allclose(ys, expected[0], rtol=1e-12, atol=1e-12):
+            failures.append(f"{name} rank {rank}: y differs")
+        for what, ours, theirs in zip(("dx", "dw", "db"), grads, expected[1:]):
+            if theirs is None or (name == "rms_norm" and what == "db"):
+                continue
+            if not torch.allclose(ours, theirs[..., part], rtol=1e-10, atol=1e-12):
+                failures.append(f"{name} rank {rank}: {what} differs")
+        # As DTensors sharded on the hidden dim (the weight and bias replicated, or sharded
+        # alike): y keeps x's placement (the full activations never gathered).
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-            import normscan
-            mesh = init_device_mesh("cpu", (world,))
-            for param_placement in (Replicate(), Shard(0)):
-                dx = distribute_tensor(x, mesh, [Shard(2)]).requires_grad_()
-                dw, db = (distribute_tensor(t, mesh, [param_placement]).requires_grad_() for t in (w, b))
-                dy = normscan.rms_norm(dx, [hidden], dw, 1e-6) if name == "rms_norm" else \
-                    normscan.layer_norm(dx, [hidden], dw, db, 1e-5)
-                where = f"{name} DTensor, parameters {param_placement}, rank {rank}"
-                if tuple(dy.placements) != (Shard(2),):
-                    failures.append(f"{where}: y placed {dy.placements}")
-                leaves = [dx, dw] + ([db] if name == "layer_norm" else [])
-                dgrads = torch.autograd.grad(dy, leaves, distribute_tensor(g, mesh, [Shard(2)]))
-                if not torch.allclose(dy.full_tensor(), y.detach(), rtol=1e-12, atol=1e-12):
-                    failures.append(f"{where}: y differs")
-                whole_grads = torch.autograd.grad(whole(*full), full, g, allow_unused=True)
-                for what, ours, theirs in zip(("dx", "dw", "db"), dgrads, whole_grads):
-                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-10, atol=1e-12):
-                        failures.append(f"{where}: {what} differs")
-            y16 = sharded(x[..., part].bfloat16(), w[part].bfloat16(), b[part].bfloat16())
-            error, mismatch = testing.rel_error(y16, expected[0].detach())
-            if y16.dtype != torch.bfloat16 or mismatch or error > testing.NORM_BOUNDS[torch.bfloat16]:
-                failures.append(f"{name} rank {rank}: bf16 error {error} {mismatch}")
-    finally:
-        dist.destroy_process_group()
+        import normscan
+        mesh = init_device_mesh("cpu", (world,))
+        for param_placement in (Replicate(), Shard(0)):
+            dx = distribute_tensor(x, mesh, [Shard(2)]).requires_grad_()
+            dw, db = (distribute_tensor(t, mesh, [param_placement]).requires_grad_() for t in (w, b))
+            dy = normscan.rms_norm(dx, [hidden], dw, 1e-6) if name == "rms_norm" else \
+                normscan.layer_norm(dx, [hidden], dw, db, 1e-5)
+            where = f"{name} DTensor, parameters {param_placement}, rank {rank}"
+            if tuple(dy.placements) != (Shard(2),):
+                failures.append(f"{where}: y placed {dy.placements}")
+            leaves = [dx, dw] + ([db] if name == "layer_norm" else [])
+            dgrads = torch.autograd.grad(dy, leaves, distribute_tensor(g, mesh, [Shard(2)]))
+            if not torch.allclose(dy.full_tensor(), y.detach(), rtol=1e-12, atol=1e-12):
+                failures.append(f"{where}: y differs")
+            whole_grads = torch.autograd.grad(whole(*full), full, g, allow_unused=True)
+            for what, ours, theirs in zip(("dx", "dw", "db"), dgrads, whole_grads):
+                if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-10, atol=1e-12):
+                    failures.append(f"{where}: {what} differs")
+        y16 = sharded(x[..., part].bfloat16(), w[part].bfloat16(), b[part].bfloat16())
+        error, mismatch = testing.rel_error(y16, expected[0].detach())
+        if y16.dtype != torch.bfloat16 or mismatch or error > testing.NORM_BOUNDS[torch.bfloat16]:
+            failures.append(f"{name} rank {rank}: bf16 error {error} {mismatch}")
 
 
 @pytest.mark.parametrize("world", [2, 4])

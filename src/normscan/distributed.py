@@ -176,7 +176,7 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     (an all-gather's backward needs a reduce-scatter, which gloo lacks)."""
     xf = _widened(x)
     n = float(x.shape[-1])
-    mean = xf.mean(-1)
+    mean = xf.sum(-1) / max(n, 1.0)  # a rank's empty slice (hidden < ranks): 0, weighed by its count 0
     m2 = (xf - mean.unsqueeze(-1)).square().sum(-1)
     mine = torch.stack([torch.full_like(mean, n), mean, m2], -1)
     counts, means, m2s = _gathered(mine, group).unbind(-1)
