@@ -9,7 +9,7 @@ entries (the KernelBench problems and the sweeps, ours alone) with each.
     NORMSCAN_TUNE_TRAINING=backward python tools/tune.py ...   (the training entries instead, in this mode:
                                                                 backward, or forward+backward)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
-    python tools/tune.py "" "@.cut/base" "@.cut/base -DNORMSCAN_HELD=0"   (a variant "@TREE [FLAGS]":
+    python tools/tune.py "" "@.cut/base" "@.cut/base -DNORMSCAN_HELD_SPLIT_PERCENT=0"   (a variant "@TREE [FLAGS]":
                                             another checkout's src/, e.g. `git archive HEAD~1 src` into
                                             an ignored folder: source changes timed beside each other)
 

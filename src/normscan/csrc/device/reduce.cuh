@@ -17,14 +17,11 @@ struct SumOp {
 // ONE_INSTRUCTION: fp32 as max.NaN (sm_80+), two instructions fewer than the comparisons;
 // the forward's issue-bound 16-bit rows take it, the fp32 softmax backward keeps the
 // comparisons (measured: docs/tuning-record.md, max-nan).
-#ifndef NORMSCAN_MAX_NAN
-#define NORMSCAN_MAX_NAN 1
-#endif
 template <bool ONE_INSTRUCTION> struct MaxOf {
   static constexpr bool kCostly = false;
   template <typename A> static __device__ __forceinline__ A identity() { return -A(INFINITY); }
   template <typename A> static __device__ __forceinline__ A apply(A a, A b) {
-    if constexpr (ONE_INSTRUCTION && NORMSCAN_MAX_NAN && sizeof(A) == 4) {
+    if constexpr (ONE_INSTRUCTION && sizeof(A) == 4) {
       A m;
       asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
       return m;

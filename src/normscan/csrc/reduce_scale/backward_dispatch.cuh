@@ -15,9 +15,6 @@ namespace normscan {
 #ifndef NORMSCAN_BACKWARD_STAGES  // rows a block has in shared memory or on their way (1: none)
 #define NORMSCAN_BACKWARD_STAGES 2
 #endif
-#ifndef NORMSCAN_BACKWARD_PIPELINE  // 1: a weighted op's clusters scale a row while the next one's sums travel
-#define NORMSCAN_BACKWARD_PIPELINE 1
-#endif
 #ifndef NORMSCAN_BACKWARD_PIPELINE_STAGES  // NORMSCAN_BACKWARD_STAGES of those clusters
 #define NORMSCAN_BACKWARD_PIPELINE_STAGES 3
 #endif
@@ -32,9 +29,6 @@ namespace normscan {
 #endif
 #ifndef NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM  // the same for the kernels of ops without a weight
 #define NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM 1024
-#endif
-#ifndef NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT  // 1: max-shifted ops' rows of a block stay persistent
-#define NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT 1
 #endif
 #ifndef NORMSCAN_BACKWARD_CENTERED_BLOCK  // NORMSCAN_BACKWARD_BLOCK for a centered op's rows
 #define NORMSCAN_BACKWARD_CENTERED_BLOCK 256
@@ -85,12 +79,8 @@ using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
 // MINB resident blocks a SM asked, clusters of up to MAX_CLUSTER blocks.
 template <int BLOCK, int TPR, bool CLUSTER, int MINB, int MAX_CLUSTER>
 using PipelinedConfig = BackwardRowsConfig<
-    BLOCK, TPR, NORMSCAN_BACKWARD_VECS, MINB,
-    NORMSCAN_BACKWARD_PIPELINE ? NORMSCAN_BACKWARD_PIPELINE_STAGES : NORMSCAN_BACKWARD_STAGES, CLUSTER, true, false,
-    MAX_CLUSTER, NORMSCAN_BACKWARD_PIPELINE,
-    !NORMSCAN_BACKWARD_PIPELINE ? NORMSCAN_BACKWARD_STAGES
-    : BLOCK == 256              ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16
-                                : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
+    BLOCK, TPR, NORMSCAN_BACKWARD_VECS, MINB, NORMSCAN_BACKWARD_PIPELINE_STAGES, CLUSTER, true, false, MAX_CLUSTER, true,
+    BLOCK == 256 ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16 : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using PipelinedRows =
     PipelinedConfig<BLOCK, TPR, CLUSTER, (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, kMaxPortableCluster>;
@@ -228,8 +218,8 @@ inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cl
 // compute capability `major`; false where none does (*err as with_first_rung's).
 template <typename T, typename Op, int V, bool WEIGHTED, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
-  using Block = std::conditional_t<WEIGHTED || (Op::kMaxShifted && NORMSCAN_BACKWARD_SHIFTED_BLOCK_PERSISTENT),
-                                   BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
+  // Max-shifted ops' rows of a block stay persistent, as a weighted op's.
+  using Block = std::conditional_t<WEIGHTED || Op::kMaxShifted, BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
   // 16-bit rows of vectors past a narrow block (1025-2048 vectors) take the narrow clusters
   // before the widest block: rms_norm + w bf16 4096x16384 0.158 -> 0.151 ms (H100, tools/tune.py,
   // backward alone); fp32 rows of 2048 vectors lost so (8192x8192 0.277 -> 0.279), and rows of

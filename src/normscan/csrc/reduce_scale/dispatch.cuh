@@ -343,11 +343,9 @@ inline cudaError_t launch_reduce_scale_rows(const ArgsFor<T, Op>& a, cudaStream_
       }
       if (fit > 0) return launch_rows<T, Op, Cluster>(a, d, cluster, stream);
     }
-    if (NORMSCAN_HELD) {
-      bool launched = false;
-      err = launch_held<T, Op>(a, stream, alloc, &launched);
-      if (err != cudaSuccess || launched) return err;
-    }
+    bool launched = false;
+    err = launch_held<T, Op>(a, stream, alloc, &launched);
+    if (err != cudaSuccess || launched) return err;
   }
   if (rows_share_stats<T, Op>(a)) {
     bool launched = false;

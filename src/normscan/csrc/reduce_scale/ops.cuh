@@ -120,12 +120,8 @@ struct RmsNormOp : ReduceScaleTraits {
 // exp of x <= 0 (x - the row's maximum). fp32: ex2.approx of x * log2(e) (CUDA's __expf's
 // error, 2 + 1.2 |x| ulp), results below 2**-126 flushed to 0: fewer instructions on rows
 // that are issue-bound (measured: docs/tuning-record.md, exp-ftz).
-#ifndef NORMSCAN_EXP_FTZ
-#define NORMSCAN_EXP_FTZ 1
-#endif
 template <typename A> __device__ __forceinline__ A exp_shifted(A x) {
   if constexpr (sizeof(A) == 4) {
-    if constexpr (!NORMSCAN_EXP_FTZ) return __expf(x);
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
     return y;

@@ -26,12 +26,6 @@
 
 struct __half;  // as cuda_fp16.h declares it: named below, defined only where fp16 is used
 
-// 1: clustered fp32 rows of ops without a weight load x and store y under the L2 evict_last
-// policy too (measured: docs/tuning-record.md, rows-cluster-l2-last).
-#ifndef NORMSCAN_ROWS_CLUSTER_L2_LAST
-#define NORMSCAN_ROWS_CLUSTER_L2_LAST 1
-#endif
-
 namespace normscan {
 
 // A rows kernel's shape: BLOCK threads, TPR of them a row, each holding NV vectors in
@@ -84,8 +78,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   // With a bias, or a float32 weight beside 16-bit rows (twice the registers), it spilled.
   constexpr bool W_AHEAD = Op::kWeighted && !Op::kBiased && SNV == 0 && NV <= 4 && sizeof(P) == sizeof(T);
   // Weighted fp16 rows take neither hint, and weighted 16-bit rows on 1024 threads load x
-  // plainly: the hints' registers spill there.
-  constexpr bool CLUSTER_L2_LAST = NORMSCAN_ROWS_CLUSTER_L2_LAST && std::is_same<T, float>::value && !Op::kWeighted;
+  // plainly: the hints' registers spill there. Clustered rows take them only in fp32 without
+  // a weight (measured: docs/tuning-record.md, rows-cluster-l2-last).
+  constexpr bool CLUSTER_L2_LAST = std::is_same<T, float>::value && !Op::kWeighted;
   constexpr bool L2_LAST = (!CLUSTER || CLUSTER_L2_LAST) && !(Op::kWeighted && std::is_same<T, __half>::value);
   constexpr bool X_L2_LAST = L2_LAST && !(W_AHEAD && sizeof(T) == 2 && BLOCK == 1024);
 #else

@@ -21,20 +21,11 @@
 #ifndef NORMSCAN_ROWS_WEIGHT_BATCH  // fp32 weight vectors loaded at a time ahead of their stores (clustered rows)
 #define NORMSCAN_ROWS_WEIGHT_BATCH 2
 #endif
-#ifndef NORMSCAN_ROWS_PIPELINE  // 1: clustered fp32 rows on a persistent grid fill the next row's slots during their stores
-#define NORMSCAN_ROWS_PIPELINE 1
-#endif
-#ifndef NORMSCAN_ROWS_WEIGHTED_PERSISTENT  // 1: clustered rows with a weight (no bias) take row after row
-#define NORMSCAN_ROWS_WEIGHTED_PERSISTENT 1
-#endif
 #ifndef NORMSCAN_STRIDED_BX  // positions along inner per block in the short-length strided kernels
 #define NORMSCAN_STRIDED_BX 256
 #endif
 #ifndef NORMSCAN_STRIDED_VEC_BX  // threads along inner per block in the short-length vector kernels
 #define NORMSCAN_STRIDED_VEC_BX 64
-#endif
-#ifndef NORMSCAN_STRIDED_CLUSTERS  // 0: no clusters for long columns (they are read twice)
-#define NORMSCAN_STRIDED_CLUSTERS 1
 #endif
 #ifndef NORMSCAN_STRIDED_MINB  // resident blocks per SM asked of the register-held strided kernels
 #define NORMSCAN_STRIDED_MINB 2
@@ -61,20 +52,10 @@ using RowsTwoWarps = RowsConfig<256, 64, 4, 0, 4>;
 using RowsFourWarps = RowsConfig<256, 128, 4, 0, 4>;
 using RowsEightWarps = RowsConfig<256, 256, 4, 0, 4>;
 // Rows that spill at 8 vectors a thread hold 4 in registers and 4 in shared memory on the same
-// blocks (measured: docs/tuning-record.md, reduce_scale-2).
-#ifndef NORMSCAN_ROWS_SPLIT_HELD
-#define NORMSCAN_ROWS_SPLIT_HELD 1
-#endif
-// The grouped ops' 16-bit and fp64 rows of 1025-4096 vectors keep twice the threads of 4 (one block
-// of 1024 a SM at 2049-4096); their fp32 rows take the split of 4 + 4 too (measured:
-// docs/tuning-record.md, reduce_scale-3).
-#ifndef NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT
-#define NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT 0
-#endif
-template <typename T, typename Op>
-constexpr bool kRowsSplitHeld =
-    NORMSCAN_ROWS_SPLIT_HELD &&
-    (!Op::kGrouped || sizeof(T) == 4 || (NORMSCAN_ROWS_SPLIT_HELD_GROUPED_16BIT && sizeof(T) == 2));
+// blocks (measured: docs/tuning-record.md, reduce_scale-2), but the grouped ops' 16-bit and
+// fp64 rows, which keep twice the threads of 4 (one block of 1024 a SM at 2049-4096 vectors)
+// (measured: docs/tuning-record.md, reduce_scale-3).
+template <typename T, typename Op> constexpr bool kRowsSplitHeld = !Op::kGrouped || sizeof(T) == 4;
 // Rows of up to 8 * BLOCK vectors: BLOCK threads of 8 (1024 / BLOCK blocks a SM), or of 4 and 4
 // in shared memory, or else twice the threads of 4.
 template <typename T, typename Op, int BLOCK>
@@ -87,20 +68,16 @@ template <typename T, typename Op> using RowsOf4096 = RowsOfEightVecs<T, Op, 512
 // Longer rows: a cluster of up to 8 blocks of 512 threads, 16 vectors a thread, those beyond the
 // registers in shared memory (KernelBench 38 and 39 at 97.9% of copy) (measured:
 // docs/tuning-record.md, reduce_scale-4).
-#ifndef NORMSCAN_ROWS_BIAS_BATCH  // 1: a biased op's bias loaded in the weight's batches
-#define NORMSCAN_ROWS_BIAS_BATCH 1
-#endif
-#ifndef NORMSCAN_ROWS_BIASED_REG_VECS  // its rows' register vectors then
+// A biased op's bias is loaded in the weight's batches.
+#ifndef NORMSCAN_ROWS_BIASED_REG_VECS  // its rows' register vectors
 #define NORMSCAN_ROWS_BIASED_REG_VECS 2
 #endif
 template <typename T, typename Op>
 constexpr int kRowsWeightBatch =
-    std::is_same<T, float>::value && Op::kWeighted && !Op::kGrouped && (!Op::kBiased || NORMSCAN_ROWS_BIAS_BATCH)
-        ? NORMSCAN_ROWS_WEIGHT_BATCH
-        : 0;
+    std::is_same<T, float>::value && Op::kWeighted && !Op::kGrouped ? NORMSCAN_ROWS_WEIGHT_BATCH : 0;
 // Clustered rows with a weight and no bias run on a persistent grid, fp32 rows filling the next
 // row's slots during their stores (measured: docs/tuning-record.md, reduce_scale-5).
-template <typename Op> constexpr bool kRowsWeightedPersistent = NORMSCAN_ROWS_WEIGHTED_PERSISTENT && Op::kWeighted && !Op::kBiased;
+template <typename Op> constexpr bool kRowsWeightedPersistent = Op::kWeighted && !Op::kBiased;
 // fp32 softmax rows on clusters take the persistent grid where the device's DRAM feeds a SM fast:
 // faster on the H200, slower on the H100 (measured: docs/tuning-record.md, reduce_scale-6).
 #ifndef NORMSCAN_ROWS_SOFTMAX_PERSISTENT  // 1: every device, 0: none, -1: those with fast DRAM
@@ -119,7 +96,7 @@ constexpr int kRowsClusterRegVecs =
 template <typename T, typename Op>
 using RowsCluster = RowsConfig<NORMSCAN_ROWS_CLUSTER_BLOCK, NORMSCAN_ROWS_CLUSTER_BLOCK, kRowsClusterRegVecs<T, Op>,
                                NORMSCAN_ROWS_HELD - kRowsClusterRegVecs<T, Op>, 1024 / NORMSCAN_ROWS_CLUSTER_BLOCK, true,
-                               NORMSCAN_ROWS_PIPELINE && sizeof(T) == 4 && (Op::kMaxShifted || kRowsWeightedPersistent<Op>),
+                               sizeof(T) == 4 && (Op::kMaxShifted || kRowsWeightedPersistent<Op>),
                                kRowsWeightBatch<T, Op>>;
 // Up to this many blocks a cluster, the fewest that hold the row; longer rows are held across the
 // GPU (held.cuh) (measured: docs/tuning-record.md, reduce_scale-7).
@@ -197,9 +174,6 @@ inline RowSplitting split_rows(int64_t rows, int64_t nvec, int64_t resident, boo
 // Aligned rows longer than a cluster holds are held across the GPU in parts, two buffers a block
 // (KernelBench 35 and 40, against reading them twice) (measured: docs/tuning-record.md,
 // reduce_scale-13).
-#ifndef NORMSCAN_HELD
-#define NORMSCAN_HELD 1
-#endif
 // Rows of at most NORMSCAN_HELD_SPLIT_PERCENT % as many parts as resident blocks go to the split
 // kernel (held.cuh), longer ones to the serial kernel (0: none split; 200: all) (measured:
 // docs/tuning-record.md, reduce_scale-14).
@@ -291,7 +265,7 @@ using StridedReread = StridedConfig<32, 32, 1, false, 1, 1, 1>;
 template <typename Op> constexpr bool kThousandThreads = !Op::kMaxShifted;
 template <typename T, typename Op>
 using StridedRereadOf = std::conditional_t<kThousandThreads<Op>, StridedReread, StridedConfig<32, 16, 1, false, 1, 1, 1>>;
-constexpr int kStridedMaxCluster = NORMSCAN_STRIDED_CLUSTERS ? 8 : 1;
+constexpr int kStridedMaxCluster = 8;  // long columns' clusters (without, read twice)
 
 // ---------------------------------------------------------------- slabs (slab.cuh)
 // Views with 2 to this many columns beside the dim go to the slab kernels rather than the strided

@@ -9,14 +9,6 @@
 #include "../device/scan.cuh"
 #include "ops.cuh"
 
-// 1: the row scan kernel (not the look-back, slab or backward ones) loads x and stores y
-// under an L2 evict_last policy, as the unclustered reduce-scale rows do. H200: KernelBench
-// 89-92 1.4-1.8% faster, 94.9 -> 96.5% of copy (docs/archive/NOTES.md, "The row scan under L2
-// evict_last"); not yet timed on an H100. 0 turns it off.
-#ifndef NORMSCAN_SCAN_ROWS_L2_LAST
-#define NORMSCAN_SCAN_ROWS_L2_LAST 1
-#endif
-
 namespace normscan {
 
 // A contiguous row in scan order. Physically the row is [head | nvec vectors | tail]; in
@@ -209,7 +201,9 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
   __shared__ A totals[2][Chunk::WARPS];  // double-buffered: one barrier per chunk
   int parity = 0;
   for (int64_t row = blockIdx.x; row < a.view.outer; row += gridDim.x) {
-    const auto r = ScanRow<T, V, mask_t<Op>, NORMSCAN_SCAN_ROWS_L2_LAST != 0 && sizeof(T) * V == 16>::of(a, row);
+    // x loaded and y stored under an L2 evict_last policy, as the unclustered reduce-scale rows
+    // do (measured: docs/tuning-record.md, scan-rows-l2-last).
+    const auto r = ScanRow<T, V, mask_t<Op>, sizeof(T) * V == 16>::of(a, row);
     A carry = r.template scan_front<Op>(Op::template identity<A>(), a.exclusive, threadIdx.x == 0);
     for (int64_t first = 0; first < r.s.nvec; first += Chunk::VECS, parity ^= 1) {
       Chunk c;
