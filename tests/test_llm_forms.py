@@ -77,6 +77,8 @@ def test_weight_offset_errors_say_what_to_do():
         normscan.layer_norm(x, [8], torch.ones(8), None, weight_offset=torch.tensor(1.0))
     with pytest.raises(ValueError, match="elementwise_affine=False"):
         normscan.RMSNorm(8, elementwise_affine=False, weight_offset=1.0)
+    with pytest.raises(TypeError, match="normscan.LayerNorm: weight_offset must be a Python number, got str"):
+        normscan.LayerNorm(8, weight_offset="1")
 
 
 def test_weight_offset_modules_are_gemmas():

@@ -217,3 +217,10 @@ PARAMS = {
 RUNNING = ("running_mean", "running_var")
 INPUT_STATS = ("use_input_stats", "training")
 DIFFERENTIABLE = ("weight", "bias")  # the tensor arguments that get gradients
+
+
+def weight_offset(op: str, offset: object) -> float:
+    """A norm's weight_offset (y scaled by offset + weight), checked: a Python number."""
+    if type(offset) not in (int, float):
+        raise TypeError(f"normscan.{op}: weight_offset must be a Python number, got {type(offset).__name__}")
+    return float(offset)

@@ -86,11 +86,16 @@ def _strategy(spec, backward: bool, op_schema):
 _registered = False
 
 
+def _is_dtensor(x) -> bool:
+    """Whether x is a DTensor, known without importing DTensor (half a second, which a user who
+    never makes one does not pay)."""
+    return type(x).__module__.startswith("torch.distributed.tensor")
+
+
 def register_for(x) -> None:
-    """Registers every op's rules before the first call on a DTensor (importing DTensor costs
-    half a second, which a user who never makes one does not pay)."""
+    """Registers every op's rules before the first call on a DTensor."""
     global _registered
-    if not _registered and type(x).__module__.startswith("torch.distributed.tensor"):
+    if not _registered and _is_dtensor(x):
         register()
 
 
@@ -196,9 +201,7 @@ def sharded_call(spec, x, value, args: list):
     needs no gathering of x: rms_norm and layer_norm over a sharded last dim
     (hidden_sharded_call), the scans along a sharded dim (scan_sharded_call); y sharded as x.
     None for every other call (the sharding rules then, which replicate x first)."""
-    from torch.distributed.tensor import DTensor
-
-    if not isinstance(x, DTensor) or x.device_mesh.ndim != 1 or x.dim() == 0 or not x.is_floating_point():
+    if not _is_dtensor(x) or x.device_mesh.ndim != 1 or x.dim() == 0:
         return None
     if spec.name in ("rms_norm", "layer_norm"):
         return hidden_sharded_call(spec, x, value, args)

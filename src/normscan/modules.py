@@ -9,7 +9,7 @@ import warnings
 import torch
 from torch import nn
 
-from . import ops
+from . import checks, ops
 
 __all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
            "InstanceNorm3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Softmax", "LogSoftmax", "CumProd", "CumSum",
@@ -52,13 +52,11 @@ class _WeightOffset:
     weight_offset: float = 0.0
 
     def _set_weight_offset(self, weight_offset: float) -> None:
-        if type(weight_offset) not in (int, float):
-            raise TypeError(f"normscan.{type(self).__name__}: weight_offset must be a Python number, "
-                            f"got {type(weight_offset).__name__}")
+        weight_offset = checks.weight_offset(type(self).__name__, weight_offset)
         if weight_offset != 0 and self.weight is None:
             raise ValueError(f"normscan.{type(self).__name__}: weight_offset={weight_offset} scales a weight, and "
                              "elementwise_affine=False makes none: leave weight_offset at 0")
-        self.weight_offset = float(weight_offset)
+        self.weight_offset = weight_offset
         if weight_offset != 0:
             self.reset_parameters()
 

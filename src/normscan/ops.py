@@ -74,7 +74,8 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     zero-centred gamma): a sum the size of the weight, in float32 for a 16-bit one, then the
     same one pass over x.
     """
-    weight, _ = _offset_weight("rms_norm", x, weight_offset, weight)
+    if weight_offset != 0:
+        weight, _ = _offset_weight("rms_norm", x, weight_offset, weight)
     if dim is None and _one_last_dim(x, normalized_shape):  # F.rms_norm's common case: the last dim
         dim, normalized_shape = -1, None
     if dim is not None and normalized_shape is None:
@@ -100,16 +101,13 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
 
 def _offset_weight(name: str, x: torch.Tensor, offset: float, weight: torch.Tensor | None,
                    bias: torch.Tensor | None = None) -> tuple:
-    """(offset + weight, bias): the factor a norm with a weight offset scales by (Gemma's
-    ``1 + weight``, TransformerEngine's zero-centred gamma), and the bias beside it; the two as
-    given where the offset is 0. A 16-bit weight beside a 16-bit x is widened to float32 first
+    """(offset + weight, bias) for a non-zero offset: the factor a norm with a weight offset
+    scales by (Gemma's ``1 + weight``, TransformerEngine's zero-centred gamma), and the bias
+    beside it. A 16-bit weight beside a 16-bit x is widened to float32 first
     (its bias with it), as Gemma computes ``1 + weight`` (bf16 rounds 1 + 0.01 to 1.0078); the
     kernels read float32 parameters beside a 16-bit x as they are. The sum is the weight's size,
     not x's: the norm's one pass over x is unchanged, and the gradients flow through it."""
-    if type(offset) not in (int, float):
-        raise TypeError(f"normscan.{name}: weight_offset must be a Python number, got {type(offset).__name__}")
-    if offset == 0:
-        return weight, bias
+    offset = checks.weight_offset(name, offset)
     if not isinstance(weight, torch.Tensor):
         raise ValueError(f"normscan.{name}: weight_offset={offset} scales by weight_offset + weight, and no weight was "
                          f"given: pass a weight, or leave weight_offset at 0")
@@ -198,7 +196,8 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tenso
     ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma), as in
     :func:`rms_norm`.
     """
-    weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
+    if weight_offset != 0:
+        weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
     return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)
 
 

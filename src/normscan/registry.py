@@ -177,10 +177,9 @@ class OpSpec:
         if not x.is_floating_point():  # an integer or bool x (the scans'): PyTorch's own op
             return self.expression(x, value, *args)
         if type(x) is not _Tensor and type(x) is not _Parameter:  # a subclass (DTensor): its dispatch, the custom op's
-            if type(x).__module__.startswith("torch.distributed.tensor"):
-                y = distributed.sharded_call(self, x, value, args)
-                if y is not None:
-                    return y
+            y = distributed.sharded_call(self, x, value, args)
+            if y is not None:
+                return y
             distributed.register_for(x)
         elif x.is_cuda and not (torch.compiler.is_compiling() or torch.is_autocast_enabled("cuda")):
             if not (torch.is_grad_enabled() and _wants_grad(x, args)):
