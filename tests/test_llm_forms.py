@@ -159,3 +159,113 @@ def test_rows_are_batch_invariant(name, dtype):
         among_g = torch.cat([others_g[:20], g[100:107], others_g[20:]])
         ys, dxs = _forward_and_dx(name, among, among_g, weight, bias)
         assert torch.equal(ys[20:27], y[100:107]) and torch.equal(dxs[20:27], dx[100:107]), (name, dtype, n, "among")
+
+
+# ------------------------------------------------------------------------- layer_norm over a dim
+def _layer_norm_dim64(x, dim, weight, bias, eps=1e-5):
+    moved = x.double().movedim(dim, -1)
+    w, b = (None if t is None else t.double() for t in (weight, bias))
+    return torch.nn.functional.layer_norm(moved, moved.shape[-1:], w, b, eps).movedim(-1, dim)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, param_dtype", [(torch.float64, torch.float64), (torch.float32, torch.float32),
+                                                (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+                                                (torch.float16, torch.float32)])
+@pytest.mark.parametrize("shape, dim, layout", [((2, 96, 14, 15), 1, "contiguous"), ((2, 96, 14, 15), 1, "channels_last"),
+                                                ((3, 7, 33, 5), 1, "contiguous"), ((5, 40, 6), 0, "contiguous"),
+                                                ((4, 9, 1001), -1, "contiguous"), ((6, 130, 3), -2, "transposed")])
+def test_layer_norm_over_a_dim(shape, dim, layout, dtype, param_dtype, device):
+    """layer_norm(x, dim=d) against F.layer_norm of x with d moved last, in float64: values,
+    y's layout (x's, where x is dense: an NCHW x gives an NCHW y, no permute copies), dx, dw
+    and db; 16-bit within twice PyTorch's own error (its permute-normalise-permute in x's
+    dtype, as timm's LayerNorm2d) or the bound the norms keep."""
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=device).mul_(3).add_(0.5).to(dtype)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        x = x.transpose(0, 1).contiguous().transpose(0, 1)
+    size = x.shape[dim]
+    w = (1 + 0.1 * torch.randn(size, device=device)).to(param_dtype).requires_grad_()
+    b = (0.1 * torch.randn(size, device=device)).to(param_dtype).requires_grad_()
+    g = torch.randn(shape, device=device).to(dtype)
+    x.requires_grad_()
+    y = normscan.layer_norm(x, None, w, b, dim=dim)
+    assert y.dtype == dtype and y.shape == x.shape and y.stride() == x.stride(), (y.stride(), x.stride())
+    grads = torch.autograd.grad(y, (x, w, b), g)
+    assert [t.dtype for t in grads] == [dtype, param_dtype, param_dtype]
+    xe, we, be = (t.detach().double().requires_grad_() for t in (x, w, b))
+    exact = _layer_norm_dim64(xe, dim, we, be)
+    exact_grads = torch.autograd.grad(exact, (xe, we, be), g.double())
+    xt, wt, bt = (t.detach().requires_grad_() for t in (x, w, b))
+    moved = xt.movedim(dim, -1)
+    theirs = torch.nn.functional.layer_norm(moved, moved.shape[-1:], wt.to(dtype), bt.to(dtype)).movedim(-1, dim)
+    their_grads = torch.autograd.grad(theirs, (xt, wt, bt), g)
+    for name, ours, ref, torch_own in [("y", y, exact, theirs), *zip(("dx", "dw", "db"), grads, exact_grads,
+                                                                      their_grads)]:
+        error, mismatch = testing.rel_error(ours, ref)
+        bound = max(2 * testing.rel_error(torch_own, ref)[0], testing.NORM_BOUNDS[dtype])
+        assert not mismatch and error <= bound, (name, error, bound)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_over_a_dim_gradcheck_and_edges(device):
+    """gradcheck in float64 over dim 1 of NCHW; a 0-d x (its one element: 0); the meta device;
+    empty tensors; errors that say what to pass."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3, 4, dtype=torch.float64, device=device, requires_grad=True)
+    w, b = (torch.randn(5, dtype=torch.float64, device=device, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(lambda x, w, b: normscan.layer_norm(x, None, w, b, 1e-5, dim=1), (x, w, b))
+    assert normscan.layer_norm(torch.tensor(2.0, device=device), dim=0).item() == 0.0
+    assert normscan.layer_norm(torch.empty(2, 5, 3, device="meta"), dim=1).shape == (2, 5, 3)
+    assert normscan.layer_norm(torch.empty(0, 5, 3, device=device), dim=1).shape == (0, 5, 3)
+    with pytest.raises(TypeError, match="pass normalized_shape .* or dim= .*; both were given"):
+        normscan.layer_norm(x, [4], dim=1)
+    with pytest.raises(TypeError, match="neither was given"):
+        normscan.layer_norm(x)
+    with pytest.raises(ValueError, match=r"weight must have shape \(5,\)"):
+        normscan.layer_norm(x, None, torch.ones(4, dtype=torch.float64, device=device), dim=1)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        normscan.layer_norm(x, dim=4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_module_over_a_dim(device):
+    """LayerNorm(C, dim=1): torch.nn's constructor and state_dict, over NCHW's channels; a
+    normalized_shape of several dims refused beside dim."""
+    torch.manual_seed(0)
+    ours = normscan.LayerNorm(6, eps=1e-6, dim=1, device=device)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ours.bias.normal_()
+    assert "dim=1" in repr(ours) and set(ours.state_dict()) == {"weight", "bias"}
+    x = torch.randn(2, 6, 5, 7, device=device)
+    torch.testing.assert_close(ours(x), _layer_norm_dim64(x, 1, ours.weight, ours.bias, 1e-6).float())
+    with pytest.raises(ValueError, match="pass its one size"):
+        normscan.LayerNorm((6, 5), dim=1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_timm_layer_norm_2d_recipe(device):
+    """convert(model, {LayerNorm2d: layer_norm_like}) on timm's convnext_atto: every
+    LayerNorm2d swapped for a LayerNorm over dim 1 holding the same Parameters; the logits and
+    a backward's gradients as the unconverted model's (float32)."""
+    timm = pytest.importorskip("timm")
+    from timm.layers import LayerNorm2d
+
+    torch.manual_seed(0)
+    model = timm.create_model("convnext_atto", pretrained=False, num_classes=10).to(device).train()
+    ours = timm.create_model("convnext_atto", pretrained=False, num_classes=10).to(device).train()
+    ours.load_state_dict(model.state_dict())
+    params = {n: id(p) for n, p in ours.named_parameters()}
+    swapped = normscan.convert(ours, {LayerNorm2d: normscan.layer_norm_like})
+    count = sum(isinstance(m, LayerNorm2d) for m in model.modules())
+    assert count > 0 and sum("LayerNorm2d -> normscan.LayerNorm" in s for s in swapped) == count, swapped
+    assert {n: id(p) for n, p in ours.named_parameters()} == params  # the same Parameters
+    x = torch.randn(2, 3, 64, 64, device=device)
+    torch.testing.assert_close(ours(x), model(x), rtol=1e-4, atol=1e-4)
+    ours(x).square().sum().backward()
+    model(x).square().sum().backward()
+    for (name, p), q in zip(ours.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4, msg=name)

@@ -13,7 +13,7 @@ from . import checks, ops
 
 __all__ = ["L2Norm", "L1Norm", "RMSNorm", "FrobeniusNorm", "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
            "InstanceNorm3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Softmax", "LogSoftmax", "CumProd", "CumSum",
-           "MaskedCumSum", "convert", "rms_norm_like"]
+           "MaskedCumSum", "convert", "rms_norm_like", "layer_norm_like"]
 
 
 class L2Norm(nn.Module):
@@ -97,15 +97,31 @@ class LayerNorm(_WeightOffset, nn.LayerNorm):
     """torch.nn.LayerNorm's drop-in (its constructor, parameters, state_dict and repr; KernelBench
     40_LayerNorm's ``Model(normalized_shape)``): :func:`normscan.layer_norm`. ``weight_offset``
     (keyword only): y scaled by ``weight_offset + weight`` (zero-centred gamma: 1, the weight
-    starting at 0)."""
+    starting at 0). ``dim`` (keyword only): over that one dim of x instead of its last ones,
+    normalized_shape its size (``LayerNorm(C, dim=1)``: the channels of an NCHW tensor, as
+    timm's and ConvNeXt's LayerNorm2d)."""
 
-    def __init__(self, *args, weight_offset: float = 0.0, **kwargs):
+    dim: int | None = None  # also that of a torch.nn.LayerNorm that convert swapped in place
+
+    def __init__(self, *args, weight_offset: float = 0.0, dim: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        if dim is not None:
+            dim = checks.as_index("LayerNorm", "dim", dim)
+            if len(self.normalized_shape) != 1:
+                raise ValueError(f"normscan.LayerNorm: dim={dim} normalises one dim, whose size normalized_shape "
+                                 f"gives; got normalized_shape {list(self.normalized_shape)}: pass its one size")
+        self.dim = dim
         self._set_weight_offset(weight_offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dim is not None:
+            return ops.layer_norm(x, None, self.weight, self.bias, self.eps, dim=self.dim,
+                                  weight_offset=self.weight_offset)
         return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
                               weight_offset=self.weight_offset)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ("" if self.dim is None else f", dim={self.dim}")
 
 
 class GroupNorm(nn.GroupNorm):
@@ -290,4 +306,16 @@ def rms_norm_like(module: nn.Module) -> RMSNorm:
     weight = module.weight
     out = RMSNorm(tuple(weight.shape), eps=eps, device="meta")
     out.weight = weight
+    return out
+
+
+def layer_norm_like(module: nn.LayerNorm, dim: int = 1) -> LayerNorm:
+    """A normscan.LayerNorm over x's `dim` (the channels of an NCHW tensor by default) holding
+    `module`'s weight and bias (the same Parameters) and eps: timm's ``LayerNorm2d`` (an
+    nn.LayerNorm of the channels whose forward permutes to NHWC and back) as one pass over the
+    NCHW tensor, ``convert(model, {LayerNorm2d: normscan.layer_norm_like})``."""
+    shape = tuple(module.normalized_shape)
+    out = LayerNorm(shape, eps=module.eps, elementwise_affine=module.weight is not None,
+                    bias=module.bias is not None, device="meta", dim=dim)
+    out.weight, out.bias = module.weight, module.bias
     return out

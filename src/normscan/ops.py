@@ -179,11 +179,16 @@ _LOG_SOFTMAX = declare(log_softmax, family="reduce_scale", functor="LogSoftmaxOp
                        reference=reference.log_softmax, autocast=FP32)
 
 
-def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tensor | None = None,
-               bias: torch.Tensor | None = None, eps: float = 1e-5, *, weight_offset: float = 0.0) -> torch.Tensor:
+def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5, *, dim: int | None = None,
+               weight_offset: float = 0.0) -> torch.Tensor:
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` in one pass over memory:
     ``(x - mean) / sqrt(var + eps) * weight + bias`` over x's last ``len(normalized_shape)``
-    dims, var the biased variance.
+    dims, var the biased variance. With ``dim=`` instead of normalized_shape, over that one dim
+    of any tensor, ``weight`` and ``bias`` of shape ``(x.shape[dim],)``: the channels of an NCHW
+    tensor (``layer_norm(x, dim=1)``, ConvNeXt's and timm's ``LayerNorm2d``), read where they
+    lie, without the permutes to NHWC and back that LayerNorm2d makes. One of the two must be
+    given.
 
     The normalized dims are read as one row where they are one run of constant stride (any
     layout of the dims before them); otherwise x is copied first. ``weight`` and ``bias``
@@ -192,13 +197,29 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int], weight: torch.Tenso
     rows longer than a thread-block cluster holds), never as a squared sum less a sum
     squared. A row with inf or NaN gives NaN, as PyTorch's does. For the backward it saves each
     row's mean and rstd (1 / sqrt(var + eps); 8 bytes a row, 16 for float64), as PyTorch does.
+    The backward is fused where the normalized dims are x's innermost (rows); over a strided
+    dim (``dim=1`` of NCHW) it is PyTorch's gradient of the expression.
 
     ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma), as in
     :func:`rms_norm`.
     """
+    checks.check_tensor_type("layer_norm", x)
     if weight_offset != 0:
         weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
-    return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)
+    if dim is None:
+        if normalized_shape is None:
+            raise TypeError("normscan.layer_norm: pass normalized_shape (x's last dims, as F.layer_norm takes it) or "
+                            "dim= (one dim of any tensor); neither was given")
+        return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)
+    if normalized_shape is not None:
+        raise TypeError("normscan.layer_norm: pass normalized_shape (x's last dims, as F.layer_norm takes it) or dim= "
+                        "(one dim of any tensor); both were given")
+    # That dim moved last, a view: the kernels read the strided dim where it lies, and y comes
+    # back in x's layout.
+    dim = checks.wrap_dim("layer_norm", dim, x.dim())
+    moved = x.movedim(dim, -1) if x.dim() > 0 else x.reshape(1)
+    y = _LAYER_NORM.call(moved, [moved.shape[-1]], weight, bias, eps)
+    return y.movedim(-1, dim) if x.dim() > 0 else y.reshape(())
 
 
 _LAYER_NORM = declare(layer_norm, family="reduce_scale", functor="LayerNormOp", region=Trailing(),
