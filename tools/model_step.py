@@ -1,6 +1,6 @@
 """One training step of real models (random weights from configs, no download), as built and
-after normscan.convert: transformers' Llama (bf16 autocast, fp32 weights, AdamW) and timm's
-resnet50 (BatchNorm2d). Median of --steps steps timed with CUDA events after warm-up, host
+after normscan.convert: transformers' Llama (bf16 autocast, fp32 weights, AdamW), timm's
+resnet50 (BatchNorm2d) and convnext_tiny (LayerNorm2d, with layer_norm_like). Median of --steps steps timed with CUDA events after warm-up, host
 time included (each step is launched and waited on as a training loop does).
 
 Usage: python tools/model_step.py [--steps 10]
@@ -61,6 +61,16 @@ def _resnet():
             lambda m, b: torch.nn.functional.cross_entropy(m(b[0]).float(), b[1]))
 
 
+def _convnext():
+    import timm
+    from timm.layers import LayerNorm2d
+
+    model = timm.create_model("convnext_tiny", pretrained=False, num_classes=1000).cuda()
+    batch = (torch.randn(64, 3, 224, 224, device="cuda"), torch.randint(0, 1000, (64,), device="cuda"))
+    return ("timm convnext_tiny (LayerNorm2d, LayerNorm, 64x3x224x224)", model, {LayerNorm2d: normscan.layer_norm_like},
+            batch, lambda m, b: torch.nn.functional.cross_entropy(m(b[0]).float(), b[1]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
@@ -69,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; training step ms, median of {args.steps}")
     print("| model | torch.nn ms | normscan ms | modules swapped |")
     print("|---|---:|---:|---:|")
-    for make in (_llama, _resnet):
+    for make in (_llama, _resnet, _convnext):
         name, model, replace, batch, loss_of = make()
         converted = copy.deepcopy(model)
         swapped = normscan.convert(converted, replace=replace)
