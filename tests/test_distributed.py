@@ -131,6 +131,49 @@ def _block_worker(rank: int, world: int, port: int, failures) -> None:
         dist.destroy_process_group()
 
 
+def _compiled_worker(rank: int, world: int, port: int, failures) -> None:
+    """The ops on DTensors inside torch.compile(fullgraph=True): rows sharded (local), the
+    hidden dim sharded (partial statistics), the scanned dim sharded (carries); values and
+    gradients as eager's on the full tensor, y's placement kept. The rules were registered
+    at normscan's import, so no graph breaks for it."""
+    import normscan
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(4, 6, 8, generator=gen, dtype=torch.float64)
+        w = torch.rand(8, generator=gen, dtype=torch.float64) + 0.5
+        g = torch.randn(4, 6, 8, generator=gen, dtype=torch.float64)
+        fns = {"rms_norm": lambda t, w: normscan.rms_norm(t, [8], w),
+               "layer_norm": lambda t, w: normscan.layer_norm(t, [8], w, None),
+               "softmax": lambda t, w: normscan.softmax(t, -1) * w,
+               "cumsum": lambda t, w: normscan.cumsum(t, -1) * w}
+        for name, fn in fns.items():
+            leaves = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+            expected = fn(*leaves)
+            expected_grads = torch.autograd.grad(expected, leaves, g)
+            compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+            for placement in (Shard(0), Shard(2)):
+                dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
+                dw = distribute_tensor(w, mesh, [Replicate()]).requires_grad_()
+                y = compiled(dx, dw)
+                grads = torch.autograd.grad(y, [dx, dw], distribute_tensor(g, mesh, y.placements))
+                where = f"compiled {name} x {placement}"
+                if name != "softmax" and y.placements != (placement,):
+                    failures.append(f"{where}: y {y.placements}")
+                if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
+                    failures.append(f"{where}: y differs")
+                for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
+                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
+                        failures.append(f"{where}: gradient {i} differs")
+    finally:
+        dist.destroy_process_group()
+
+
 def _until_done(rank: int, worker, world: int, port: int, failures) -> None:
     worker(rank, world, port, failures)  # an exception here reaches mp.spawn as a failure
     # Done, its failures reported: leave without the interpreter's teardown, in which gloo's
@@ -231,3 +274,7 @@ def _hidden_case(rank: int, world: int, hidden: int, failures) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_norms_over_a_sharded_hidden_dim_as_over_the_full_one(world):
     assert _spawn(_hidden_worker, world) == []
+
+
+def test_dtensor_ops_under_torch_compile():
+    assert _spawn(_compiled_worker, 2) == []

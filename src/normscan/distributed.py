@@ -99,9 +99,24 @@ def register_for(x) -> None:
         register()
 
 
+def register_if_loaded() -> None:
+    """Registers the rules where DTensor is already imported (normscan's import: before any
+    compiled graph would trace the registration)."""
+    import sys
+
+    if "torch.distributed.tensor" in sys.modules and torch.distributed.is_available():
+        register()
+
+
+@torch.compiler.disable(reason="normscan registers its DTensor sharding rules once, before its first op on a DTensor: "
+                               "under torch.compile(fullgraph=True), call normscan.distributed.register() first, or "
+                               "import torch.distributed.tensor before normscan")
 def register() -> None:
-    """Registers every op's rules with DTensor's sharding propagator (once)."""
+    """Registers every op's rules with DTensor's sharding propagator (once; each op's first
+    call on a DTensor does it, normscan's import where DTensor is already imported)."""
     global _registered
+    if _registered:
+        return
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
 
