@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-SOURCES = [*(ROOT / "src").rglob("*.py"), *(ROOT / "tools").glob("*"), *(ROOT / "tests").glob("*.py"),
+SOURCES = [*(ROOT / "src").rglob("*.py"), *(ROOT / "tools").glob("*"), *(ROOT / "tests").rglob("*.py"),
            *(ROOT / ".ci").glob("*")]
 
 

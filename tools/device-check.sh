@@ -53,9 +53,9 @@ case " $steps " in *" tune "*) python3 tools/tune.py --build-only "${variants[@]
 for step in $steps; do
   case $step in
     tests) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --dist loadgroup --durations=15 tests --ignore=tests/test_csrc.py \
-             --ignore=tests/test_kernels.py --ignore=tests/test_export.py -p no:cacheprovider 2>&1 | tee "$dir/tests.log" \
+             --ignore=tests/test_kernels.py --ignore=tests/bench/test_export.py -p no:cacheprovider 2>&1 | tee "$dir/tests.log" \
              | tail -15 || status=1 ;;
-    export) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --dist loadgroup --durations=15 tests/test_export.py \
+    export) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --dist loadgroup --durations=15 tests/bench/test_export.py \
               -p no:cacheprovider 2>&1 | tee "$dir/export.log" | tail -15 || status=1 ;;
     huge) python3 -m pytest -v -rs tests/test_kernels.py -k 31 -p no:cacheprovider 2>&1 \
             | tee "$dir/huge.log" | grep -c "2\*\*31.* PASSED" || status=1 ;;
@@ -68,10 +68,10 @@ for step in $steps; do
                 | tee "$dir/training.log" | tail -45 || status=1 ;;
     models) python3 tools/model_step.py 2>&1 | tee "$dir/models.log" | tail -5 || status=1 ;;
     cases) NORMSCAN_TEST_HUGE=0 python3 -m pytest -v -rs -n 8 --durations=15 tests/test_kernels.py \
-             tests/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
+             tests/bench/test_testing.py -p no:cacheprovider 2>&1 | tee "$dir/cases.log" | tail -15 || status=1 ;;
     coverage) rm -rf "$dir/coverage"
               NORMSCAN_COVERAGE_OUT=$dir/coverage NORMSCAN_TEST_HUGE=0 PYTHONPATH=$PWD/tools:$PYTHONPATH python3 -m pytest -q \
-                -rs -n 8 --dist loadgroup -p kernel_coverage tests --ignore=tests/test_csrc.py --ignore=tests/test_export.py \
+                -rs -n 8 --dist loadgroup -p kernel_coverage tests --ignore=tests/test_csrc.py --ignore=tests/bench/test_export.py \
                 -k "not test_batch_norm_channels_go_one_a_block" -p no:cacheprovider > "$dir/coverage.log" 2>&1 || status=1
               tail -3 "$dir/coverage.log"
               python3 tools/kernel_coverage.py "$dir/coverage" || status=1 ;;

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 import pytest  # noqa: E402
 import tune  # noqa: E402
@@ -176,7 +176,7 @@ def test_views_time_parses_its_shapes_and_refuses_bad_ones():
 def test_device_check_parses_and_names_every_step_in_its_usage():
     import re
     import subprocess
-    script = Path(__file__).resolve().parent.parent / "tools" / "device-check.sh"
+    script = Path(__file__).resolve().parents[2] / "tools" / "device-check.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     usage = set(re.search(r"# Usage: \S+ OUTDIR \[([^\]]+)\]", text).group(1).split("|"))
