@@ -1,5 +1,8 @@
-"""The forms LLM stacks call: a norm's weight offset (Gemma's ``1 + weight``), and batch
-invariance (a row's result bitwise the same whatever rows share its call)."""
+"""The forms LLM stacks call: a norm's weight offset (Gemma's ``1 + weight``), batch
+invariance (a row's result bitwise the same whatever rows share its call), layer_norm over a
+dim (timm's LayerNorm2d), and the fused residual add (``h = x + residual; y = norm(h)``)."""
+
+import math
 
 import pytest
 import torch
@@ -269,3 +272,129 @@ def test_timm_layer_norm_2d_recipe(device):
     model(x).square().sum().backward()
     for (name, p), q in zip(ours.named_parameters(), model.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4, msg=name)
+
+
+# ------------------------------------------------------------------------- fused residual add
+# Rows the one-pass kernel holds (whole 16-byte vectors: 1, 2, 4 and 8 a thread), and rows it
+# does not (odd, longer), which add and normalise apart.
+RESIDUAL_SHAPES = [(64, 2048), (9, 4096), (5, 8192), (3, 32768), (2, 65536), (7, 1001), (2, 5, 8)]
+RESIDUAL_DTYPES = [(torch.float64, torch.float64, torch.float64), (torch.float32, torch.float32, torch.float32),
+                   (torch.bfloat16, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32, torch.float32),
+                   (torch.float16, torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16, torch.float32),
+                   (torch.float16, torch.float16, torch.float16)]
+
+
+def _residual_call(name, x, r, w, b, count):
+    shape = list(x.shape[x.dim() - count:])
+    if name == "rms_norm":
+        return normscan.rms_norm(x, shape, w, 1e-6, residual=r)
+    return normscan.layer_norm(x, shape, w, b, 1e-5, residual=r)
+
+
+def _residual_expression(name, x, r, w, b, count):
+    """PyTorch's: h = x + residual, then its norm (x's dtype out)."""
+    h = x + r
+    shape = list(x.shape[x.dim() - count:])
+    wide = h.float() if h.dtype in (torch.float16, torch.bfloat16) else h
+    w = None if w is None else w.to(wide.dtype)
+    y = torch.nn.functional.rms_norm(wide, shape, w, 1e-6) if name == "rms_norm" else \
+        torch.nn.functional.layer_norm(wide, shape, w, None if b is None else b.to(wide.dtype), 1e-5)
+    return y.to(x.dtype), h
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtypes", RESIDUAL_DTYPES, ids=lambda d: "-".join(str(t)[6:] for t in d))
+@pytest.mark.parametrize("shape", RESIDUAL_SHAPES, ids=str)
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_residual_form_against_float64(name, shape, dtypes, device):
+    """(y, h) = norm(x + residual): h bitwise PyTorch's x + residual (the residual's dtype), y
+    against float64's norm of that h; dx, d residual, dw and db against float64 within twice
+    PyTorch's own error (the add and the norm apart) or the norms' bound. Outputs land in
+    memory left NaN, so an element not written shows."""
+    if device == "cpu" and math.prod(shape) > 1 << 17:
+        pytest.skip("the CPU's reference is the expression itself: the long rows are the kernels'")
+    xd, rd, pd = dtypes
+    count = 2 if len(shape) == 3 else 1
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=device).mul_(2).to(xd)
+    r = torch.randn(shape, device=device).add_(0.5).to(rd)
+    n = shape[-count:]
+    w = (1 + 0.2 * torch.randn(n, device=device)).to(pd)
+    b = (0.2 * torch.randn(n, device=device)).to(pd) if name == "layer_norm" else None
+    gy, gh = torch.randn(shape, device=device).to(xd), torch.randn(shape, device=device).to(rd)
+    leaves = [t.requires_grad_() for t in (x, r, w) + ((b,) if b is not None else ())]
+    if device == "cuda":
+        torch.full((8 * x.numel() + (1 << 20),), float("nan"), device=device)  # freed: the allocator's next blocks
+    y, h = _residual_call(name, x, r, w, b, count)
+    assert y.dtype == xd and h.dtype == rd and y.shape == h.shape == x.shape
+    assert torch.equal(h, x.detach() + r.detach())
+    grads = torch.autograd.grad([y, h], leaves, [gy, gh])
+    assert [t.dtype for t in grads] == [t.dtype for t in leaves]
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    b64 = wide[3] if b is not None else None
+    ey, eh = _residual_expression(name, *wide[:3], b64, count)
+    exact_grads = torch.autograd.grad([ey, eh], wide, [gy.double(), gh.double()])
+    h64 = h.detach().double()  # y is the norm of h as rounded to the residual's dtype
+    exact_y = _residual_expression(name, h64, torch.zeros_like(h64), wide[2].detach(), b64, count)[0]
+    tl = [t.detach().requires_grad_() for t in leaves]
+    ty, th = _residual_expression(name, *tl[:3], tl[3] if b is not None else None, count)
+    torch_grads = torch.autograd.grad([ty, th], tl, [gy, gh])
+    error, mismatch = testing.rel_error(y, exact_y)
+    assert not mismatch and error <= testing.NORM_BOUNDS[xd], ("y", error)
+    for i, (ours, ref, theirs) in enumerate(zip(grads, exact_grads, torch_grads)):
+        error, mismatch = testing.rel_error(ours, ref)
+        bound = max(2 * testing.rel_error(theirs, ref)[0], testing.NORM_BOUNDS[ours.dtype])
+        assert not mismatch and error <= bound, (i, error, bound)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("hidden", [2048, 8192, 32768])
+def test_residual_form_is_batch_invariant(name, hidden):
+    """A row's y and h bitwise the same alone and among 300 others."""
+    torch.manual_seed(0)
+    x = torch.randn(301, hidden, device="cuda").bfloat16()
+    r = torch.randn(301, hidden, device="cuda")
+    w = torch.randn(hidden, device="cuda")
+    many = _residual_call(name, x, r, w, torch.zeros_like(w), 1)
+    for row in (0, 150, 300):
+        one = _residual_call(name, x[row:row + 1], r[row:row + 1], w, torch.zeros_like(w), 1)
+        assert all(torch.equal(a[row:row + 1], b) for a, b in zip(many, one)), row
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_residual_form_ops_graphs_and_modules(device):
+    """opcheck of both custom ops; torch.compile(fullgraph=True); the meta device; the modules'
+    forward(x, residual) as the functions."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 64, device=device).bfloat16()
+    r = torch.randn(6, 64, device=device)
+    w, b = torch.randn(64, device=device), torch.randn(64, device=device)
+    torch.library.opcheck(torch.ops.normscan.rms_norm_residual, (x, r, 1, w, 1e-6))
+    torch.library.opcheck(torch.ops.normscan.layer_norm_residual, (x, r, 1, w, b, 1e-5))
+    f = torch.compile(lambda x, r: normscan.rms_norm(x, [64], w, 1e-6, residual=r), fullgraph=True,
+                      backend="aot_eager")
+    assert all(torch.equal(a, e) for a, e in zip(f(x, r), normscan.rms_norm(x, [64], w, 1e-6, residual=r)))
+    meta = torch.empty(2, 3, 64, device="meta", dtype=torch.bfloat16)
+    y, h = normscan.layer_norm(meta, [64], residual=meta.float())
+    assert y.dtype == torch.bfloat16 and h.dtype == torch.float32 and y.shape == (2, 3, 64)
+    rms = normscan.RMSNorm(64, eps=1e-6, device=device)
+    ln = normscan.LayerNorm(64, device=device)
+    assert all(torch.equal(a, e) for a, e in zip(rms(x, r), normscan.rms_norm(x, [64], rms.weight, 1e-6, residual=r)))
+    assert all(torch.equal(a, e) for a, e in zip(ln(x, r), normscan.layer_norm(x, [64], ln.weight, ln.bias,
+                                                                                residual=r)))
+    assert torch.equal(ln(x), normscan.layer_norm(x, [64], ln.weight, ln.bias))
+
+
+def test_residual_form_errors_say_what_to_pass():
+    x = torch.randn(3, 8).bfloat16()
+    with pytest.raises(TypeError, match=r"residual must have x's dtype \(torch.bfloat16\), or float32 beside"):
+        normscan.rms_norm(x, [8], residual=torch.randn(3, 8).half())
+    with pytest.raises(ValueError, match=r"residual must have x's shape \[3, 8\]"):
+        normscan.rms_norm(x, [8], residual=torch.randn(8).bfloat16())
+    with pytest.raises(ValueError, match="the residual form normalises x's last dims; got dim=0"):
+        normscan.rms_norm(x, dim=0, residual=x)
+    with pytest.raises(TypeError, match=r"weight must have x's dtype"):
+        normscan.layer_norm(x.float(), [8], torch.ones(8).bfloat16(), residual=x.float())
+    with pytest.raises(ValueError, match="add and normalise apart"):
+        normscan.LayerNorm(3, dim=0)(x, x)

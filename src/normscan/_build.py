@@ -110,9 +110,10 @@ def extension_source(extension: str) -> str:
 
 
 def extension_entries(extension: str) -> list[str]:
-    """The functions an extension binds: the one csrc/entries.h declares under its name, and
-    its fast path (``<name>_contiguous``) where it has one."""
-    return re.findall(rf"\b({extension}(?:_contiguous)?)\(", (CSRC / ENTRIES).read_text())
+    """The functions an extension binds: the one csrc/entries.h declares under its name, its
+    fast path (``<name>_contiguous``) and its residual form (``<name>_residual``) where it
+    has them."""
+    return re.findall(rf"\b({extension}(?:_contiguous|_residual)?)\(", (CSRC / ENTRIES).read_text())
 
 
 def ops_macro(family: str) -> str:

@@ -81,8 +81,10 @@ class RMSNorm(_WeightOffset, nn.RMSNorm):
         super().__init__(*args, **kwargs)
         self._set_weight_offset(weight_offset)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps, weight_offset=self.weight_offset)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """y, or with a residual (y, h): h = x + residual, y its norm, in one pass on CUDA."""
+        return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps, weight_offset=self.weight_offset,
+                            residual=residual)
 
 
 class FrobeniusNorm(nn.Module):
@@ -113,12 +115,16 @@ class LayerNorm(_WeightOffset, nn.LayerNorm):
         self.dim = dim
         self._set_weight_offset(weight_offset)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """y, or with a residual (y, h): h = x + residual, y its norm, in one pass on CUDA."""
         if self.dim is not None:
+            if residual is not None:
+                raise ValueError("normscan.LayerNorm: the residual form normalises the last dims; this module's "
+                                 f"dim={self.dim}: add and normalise apart")
             return ops.layer_norm(x, None, self.weight, self.bias, self.eps, dim=self.dim,
                                   weight_offset=self.weight_offset)
         return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
-                              weight_offset=self.weight_offset)
+                              weight_offset=self.weight_offset, residual=residual)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ("" if self.dim is None else f", dim={self.dim}")

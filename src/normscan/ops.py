@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import checks, reference, view
+from . import residual as residual_form
 from .regions import Batch, Dim, Groups, Instances, Trailing, Whole
 from .registry import PUBLIC, declare, reduce_scale_fast, scan_fast
 
@@ -57,7 +58,8 @@ _L1_NORMALIZE = declare(l1_normalize, family="reduce_scale", functor="L1NormOp",
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
-             eps: float | None = None, *, dim: int | None = None, weight_offset: float = 0.0) -> torch.Tensor:
+             eps: float | None = None, *, dim: int | None = None, weight_offset: float = 0.0,
+             residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``F.rms_norm(x, normalized_shape, weight, eps)``: x over the root mean square of its last
     ``len(normalized_shape)`` dims, ``x / sqrt(mean(x ** 2) + eps)``, times ``weight`` (of
     shape normalized_shape) when given, in one pass over memory. With ``dim=`` instead of
@@ -73,9 +75,18 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     ``weight_offset`` scales by ``weight_offset + weight`` instead (Gemma's ``1 + weight``,
     zero-centred gamma): a sum the size of the weight, in float32 for a 16-bit one, then the
     same one pass over x.
+
+    ``residual`` (the transformer block's ``h = x + residual; y = rms_norm(h)``) returns
+    ``(y, h)``: h in the residual's dtype (x's, or float32 beside a 16-bit x), y in x's,
+    normalised over the last dims; one pass on CUDA (read x and residual, write h and y) for
+    rows of whole 16-byte vectors up to 32768 16-bit elements (16384 float32), else the add
+    and the norm apart (normscan.residual).
     """
     if weight_offset != 0:
         weight, _ = _offset_weight("rms_norm", x, weight_offset, weight)
+    if residual is not None:
+        return residual_form.call("rms_norm", x, residual, _residual_dims("rms_norm", x, normalized_shape, dim),
+                                  weight, None, eps)
     if dim is None and _one_last_dim(x, normalized_shape):  # F.rms_norm's common case: the last dim
         dim, normalized_shape = -1, None
     if dim is not None and normalized_shape is None:
@@ -116,6 +127,21 @@ def _offset_weight(name: str, x: torch.Tensor, offset: float, weight: torch.Tens
         if isinstance(bias, torch.Tensor) and bias.dtype == x.dtype:
             bias = bias.float()
     return weight + offset, bias
+
+
+def _residual_dims(name: str, x: object, normalized_shape: object, dim: object) -> int:
+    """How many last dims of x the residual form normalises: normalized_shape's, or dim= the
+    last one."""
+    checks.check_tensor_type(name, x)
+    if (normalized_shape is None) == (dim is None):
+        given = "both" if dim is not None else "neither"
+        raise TypeError(f"normscan.{name}: pass normalized_shape (x's last dims) or dim=-1; {given} was given")
+    if dim is not None:
+        if checks.wrap_dim(name, dim, x.dim()) != max(x.dim() - 1, 0):
+            raise ValueError(f"normscan.{name}: the residual form normalises x's last dims; got dim={dim} of x's "
+                             f"{x.dim()}: pass dim=-1, or add and normalise apart")
+        return 1
+    return len(checks.normalized_dims(name, normalized_shape, x))
 
 
 def _one_last_dim(x: object, normalized_shape: object) -> bool:
@@ -181,7 +207,8 @@ _LOG_SOFTMAX = declare(log_softmax, family="reduce_scale", functor="LogSoftmaxOp
 
 def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5, *, dim: int | None = None,
-               weight_offset: float = 0.0) -> torch.Tensor:
+               weight_offset: float = 0.0,
+               residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` in one pass over memory:
     ``(x - mean) / sqrt(var + eps) * weight + bias`` over x's last ``len(normalized_shape)``
     dims, var the biased variance. With ``dim=`` instead of normalized_shape, over that one dim
@@ -200,12 +227,15 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None,
     The backward is fused where the normalized dims are x's innermost (rows); over a strided
     dim (``dim=1`` of NCHW) it is PyTorch's gradient of the expression.
 
-    ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma), as in
-    :func:`rms_norm`.
+    ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma), and
+    ``residual`` returns ``(y, h)`` with h = x + residual, as in :func:`rms_norm`.
     """
     checks.check_tensor_type("layer_norm", x)
     if weight_offset != 0:
         weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
+    if residual is not None:
+        return residual_form.call("layer_norm", x, residual, _residual_dims("layer_norm", x, normalized_shape, dim),
+                                  weight, bias, eps)
     if dim is None:
         if normalized_shape is None:
             raise TypeError("normscan.layer_norm: pass normalized_shape (x's last dims, as F.layer_norm takes it) or "

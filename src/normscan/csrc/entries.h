@@ -19,6 +19,15 @@
 void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
                   const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
                   at::IntArrayRef grouping, const std::optional<at::Tensor>& stats);
+// The residual form of rms_norm and layer_norm (op): h = x + residual, in the residual's
+// dtype (x's, or float32 beside a 16-bit x), and y = the op's norm of h [* weight] [+ bias]
+// in x's, in one pass (csrc/reduce_scale/residual.cuh). x, residual, h and y are (rows,
+// length), each row contiguous, rows 16-byte aligned; layer_norm's `stats` as reduce_scale's.
+// False (nothing written): no kernel holds rows of that length and alignment (the caller
+// then adds and normalises apart).
+bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::Tensor& h, at::Tensor& y,
+                           const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, int64_t op,
+                           double eps, const std::optional<at::Tensor>& stats);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
 // the weight's (second result, in the weight's dtype; then, when bias_grad too, a biased
 // op's bias's), summed from per-row-group partial sums (third result; into dw_part when

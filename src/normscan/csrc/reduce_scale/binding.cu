@@ -2,6 +2,7 @@
 
 #include "../binding.cuh"
 #include "dispatch.cuh"
+#include "residual.cuh"
 
 namespace {
 
@@ -70,7 +71,83 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
   launch_view(x, y, weight, bias, op, normscan::checked_view(x, y, view), eps, grouping, stats);
 }
 
-#ifndef NORMSCAN_FLOAT32_ONLY  // the fast path (binding.cuh)
+#ifndef NORMSCAN_FLOAT32_ONLY  // the residual form and the fast path (binding.cuh)
+namespace {
+
+// A (rows, length) operand of the residual form: on x's device, of `type`, rows contiguous and
+// 16-byte aligned.
+bool residual_operand(const at::Tensor& x, const at::Tensor& t, at::ScalarType type, const char* name) {
+  TORCH_CHECK(t.dim() == 2 && t.sizes() == x.sizes() && t.device() == x.device() && t.scalar_type() == type,
+              "normscan: the residual form's ", name, " must be a (rows, length) tensor of x's shape and device, of "
+              "x's dtype (h: the residual's)");
+  const bool rows_contiguous = t.size(1) <= 1 || t.stride(1) == 1;
+  const bool rows_aligned = t.size(0) <= 1 || (t.stride(0) * t.element_size()) % 16 == 0;
+  return rows_contiguous && rows_aligned && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
+}
+
+template <typename R> struct TypeTag {
+  using type = R;
+};
+// f(TypeTag<R>{}) for the residual's element type R: x's own, or float32 beside a 16-bit x.
+template <typename T, typename F> void with_residual_type(bool same, F&& f) {
+  if constexpr (sizeof(T) == 2) {
+    if (!same) return f(TypeTag<float>{});
+  }
+  f(TypeTag<T>{});
+}
+
+}  // namespace
+
+bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::Tensor& h, at::Tensor& y,
+                           const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, int64_t op,
+                           double eps, const std::optional<at::Tensor>& stats) {
+  using namespace normscan;
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "normscan: the residual form takes a (rows, length) CUDA x");
+  const auto type = x.scalar_type(), rtype = residual.scalar_type();
+  const bool half = type == at::kHalf || type == at::kBFloat16;
+  TORCH_CHECK(rtype == type || (half && rtype == at::kFloat), "normscan: the residual must have x's dtype, or float32 "
+              "beside a 16-bit x");
+  bool held = residual_operand(x, x, type, "x") & residual_operand(x, residual, rtype, "residual") &
+              residual_operand(x, h, rtype, "h") & residual_operand(x, y, type, "y");
+  const bool fp32 = fp32_params(x, weight, bias);
+  check_param(x, weight, x.size(1), fp32);
+  check_param(x, bias, x.size(1), fp32, "bias");
+  for (const auto* p : {&weight, &bias}) held = held && (!*p || reinterpret_cast<uintptr_t>((*p)->const_data_ptr()) % 16 == 0);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  bool launched = false;
+  NORMSCAN_DISPATCH_FLOATS(type, "normscan::reduce_scale_residual", [&] {
+    using T = cuda_t<scalar_t>;
+    with_residual_type<T>(rtype == type, [&](auto residual_type) {
+      using R = typename decltype(residual_type)::type;
+      if (!held || !residual_rows_held<T>(x.size(1))) return;
+      const auto launch = [&](auto typed) {
+        using Op = decltype(typed);
+        using P = param_t<T, Op>;
+        using A = acc_t<T>;
+        const ResidualArgs<T, R, P> a{data<T>(x), data<R>(residual), mutable_data<R>(h), mutable_data<T>(y),
+                                      weight ? data<P>(*weight) : nullptr, bias ? data<P>(*bias) : nullptr,
+                                      x.size(0), x.size(1), x.stride(0), residual.stride(0), h.stride(0), y.stride(0),
+                                      eps, stats ? checked_stats<A>(x, *stats, x.size(0)) : nullptr};
+        check_cuda(launch_residual_norm_rows<T, R, P, Op>(a, stream), "reduce_scale_residual");
+        launched = true;
+      };
+      const bool known = with_reduce_scale_op(op, [&](auto functor) {
+        using F = decltype(functor);
+        if constexpr (std::is_same<F, RmsNormOp>::value || std::is_same<F, LayerNormOp>::value) {
+          TORCH_CHECK(!stats || F::kRowStats, "normscan: rms_norm writes no statistics: stats must be None");
+          TORCH_CHECK(!bias || F::kBiased, "normscan: rms_norm takes no bias: bias must be None");
+          with_param_type<T, F>(fp32, launch);
+        } else {
+          TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no residual form (rms_norm and layer_norm do)");
+        }
+      });
+      TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
+    });
+  });
+  return launched;
+}
+
 // torch.finfo(dtype).eps: what eps=None stands for (F.rms_norm's default).
 static double dtype_eps(at::ScalarType type) {
   switch (type) {

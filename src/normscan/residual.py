@@ -1,0 +1,211 @@
+"""The residual form of rms_norm and layer_norm, as a transformer block calls them:
+``h = x + residual; y = norm(h)``, returned as ``(y, h)``.
+
+h takes the residual's dtype (x's, or float32 beside a 16-bit x, as ``x + residual`` promotes),
+y x's. On CUDA, rows of whole 16-byte vectors of up to 32768 16-bit (16384 float32) elements
+are one pass (csrc/reduce_scale/residual.cuh): x and the residual read, h and y written. Other
+rows add, then normalise (the same answer, a pass more). The backward is the norm's fused
+backward over h, the gradient reaching h added: dx and d residual are that sum, each in its
+tensor's dtype.
+
+Each form is a ``torch.library`` custom op (``normscan::rms_norm_residual``,
+``normscan::layer_norm_residual``: the CPU's reference, meta's shapes, autograd, torch.compile).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _build, grouped, reference
+from .registry import REGISTRY
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def checked(name: str, x: torch.Tensor, residual: object, count: int) -> None:
+    """The residual beside x: a tensor of x's shape and device, of x's dtype or float32 beside
+    a 16-bit x; x's last `count` dims the normalized ones."""
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"normscan.{name}: residual must be a tensor of x's shape, got {type(residual).__name__}")
+    if residual.shape != x.shape or residual.device != x.device:
+        raise ValueError(f"normscan.{name}: residual must have x's shape {list(x.shape)} on {x.device}; got "
+                         f"{list(residual.shape)} on {residual.device}")
+    if not (residual.dtype == x.dtype or (x.dtype in _HALF and residual.dtype == torch.float32)):
+        raise TypeError(f"normscan.{name}: residual must have x's dtype ({x.dtype}), or float32 beside a 16-bit x; "
+                        f"got {residual.dtype}: pass residual.to({x.dtype})")
+    if count < 1 or count > x.dim():
+        raise ValueError(f"normscan.{name}: the residual form normalises x's last dims; x has {x.dim()} dims")
+
+
+def checked_param(name: str, t: object, x: torch.Tensor, count: int, what: str = "weight") -> None:
+    """A weight or bias of the residual form: None, or the normalized dims' shape on x's
+    device, of x's dtype or float32 beside a 16-bit x (the residual's may differ)."""
+    if t is None:
+        return
+    shape = tuple(x.shape[x.dim() - count:])
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.device != x.device:
+        got = f"{list(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"normscan.{name}: {what} must have shape {list(shape)} (normalized_shape) on {x.device}; "
+                         f"got {got}")
+    if not (t.dtype == x.dtype or (x.dtype in _HALF and t.dtype == torch.float32)):
+        raise TypeError(f"normscan.{name}: {what} must have x's dtype ({x.dtype}), or float32 beside a 16-bit x; "
+                        f"got {t.dtype}")
+
+
+def _rows(t: torch.Tensor, count: int) -> torch.Tensor:
+    """t as (rows, the product of its last `count` dims): a view where they are, else a copy."""
+    return t.reshape(-1, math.prod(t.shape[t.dim() - count:]))
+
+
+def _param_for(t: torch.Tensor | None, h: torch.Tensor) -> torch.Tensor | None:
+    """A weight or bias the norm over h takes: its own dtype beside a 16-bit h, or float32; h's
+    where h is float32 or float64 (a float32 h beside a 16-bit x gets its 16-bit weight widened:
+    the weight's size, not x's)."""
+    if t is None or t.dtype == h.dtype or (h.dtype in _HALF and t.dtype == torch.float32):
+        return t
+    return t.to(h.dtype)
+
+
+def _forward(name: str, x, residual, count, weight, bias, eps):
+    """(y, h, layer_norm's statistics of h's rows or an empty tensor) on CUDA."""
+    spec = REGISTRY[name]
+    h = torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = math.prod(x.shape[:x.dim() - count])
+    stats = torch.empty((rows, 2) if spec.row_stats else (0, 2), dtype=grouped.stats_dtype(h), device=x.device)
+    if x.numel() == 0:
+        return y, h, stats
+    flat_w, flat_b = (None if t is None else t.reshape(-1) for t in (weight, bias))
+    ext = _build.load("reduce_scale", spec.op_id)
+    x2, r2 = _rows(x, count), _rows(residual, count)
+    if ext.reduce_scale_residual(x2, r2, _rows(h, count), _rows(y, count), flat_w, flat_b, spec.op_id, eps,
+                                 stats if spec.row_stats else None):
+        return y, h, stats
+    torch.add(x, residual, out=h)  # rows no kernel holds: the add, then the norm
+    w, b = _param_for(flat_w, h), _param_for(flat_b, h)
+    h2 = _rows(h, count)
+    if spec.row_stats:
+        normed = spec.launch(h2, [h2.shape[-1]], w, b, eps, stats=stats)
+    else:
+        normed = spec.launch(h2, -1, eps, w)
+    y.view(normed.shape).copy_(normed)
+    return y, h, stats
+
+
+def _reference(name: str, x, residual, count, weight, bias, eps):
+    """(y, h, statistics) by PyTorch's expression, 16-bit in float32."""
+    h = x + residual
+    wide = [None if t is None else t.float() if t.dtype in _HALF else t for t in (weight, bias)]
+    hw = h.float() if h.dtype in _HALF else h
+    shape = list(x.shape[x.dim() - count:])
+    if name == "rms_norm":
+        moved = _rows(hw, count)
+        y = reference.rms_norm(moved, -1, eps, None if wide[0] is None else wide[0].reshape(-1)).view(x.shape)
+        stats = torch.empty((0, 2), dtype=grouped.stats_dtype(h), device=x.device)
+    else:
+        y = reference.layer_norm(hw, shape, wide[0], wide[1], eps)
+        stats = reference.row_stats(h, count, eps).to(grouped.stats_dtype(h))
+    return y.to(x.dtype), h, stats
+
+
+# ---------------------------------------------------------------- the custom ops
+@torch.library.custom_op("normscan::rms_norm_residual", mutates_args=())
+def rms_norm_residual(x: torch.Tensor, residual: torch.Tensor, count: int, weight: torch.Tensor | None,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    y, h, _ = _reference("rms_norm", x, residual, count, weight, None, eps)
+    return y, h
+
+
+@rms_norm_residual.register_kernel("cuda")
+def _(x, residual, count, weight, eps):
+    y, h, _ = _forward("rms_norm", x, residual, count, weight, None, eps)
+    return y, h
+
+
+@rms_norm_residual.register_fake
+def _(x, residual, count, weight, eps):
+    return x.new_empty(x.shape), residual.new_empty(x.shape)
+
+
+@torch.library.custom_op("normscan::layer_norm_residual", mutates_args=())
+def layer_norm_residual(x: torch.Tensor, residual: torch.Tensor, count: int, weight: torch.Tensor | None,
+                        bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _reference("layer_norm", x, residual, count, weight, bias, eps)
+
+
+@layer_norm_residual.register_kernel("cuda")
+def _(x, residual, count, weight, bias, eps):
+    return _forward("layer_norm", x, residual, count, weight, bias, eps)
+
+
+@layer_norm_residual.register_fake
+def _(x, residual, count, weight, bias, eps):
+    rows = math.prod(x.shape[:x.dim() - count])
+    return (x.new_empty(x.shape), residual.new_empty(x.shape),
+            x.new_empty((rows, 2), dtype=torch.float64 if residual.dtype == torch.float64 else torch.float32))
+
+
+def _setup(ctx, inputs, output):
+    x, residual, count, weight, *rest = inputs
+    bias, eps = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0])
+    stats = output[2] if len(output) == 3 else None
+    ctx.count, ctx.eps, ctx.x_dtype = count, eps, x.dtype
+    ctx.has_weight, ctx.has_bias = weight is not None, bias is not None
+    ctx.save_for_backward(output[1], weight, bias, stats)
+
+
+def _backward(ctx, dy, dh, *_):
+    """The norm's backward over h (its fused kernel over rows), dy taken in h's dtype, plus the
+    gradient reaching h; dx and d residual that sum."""
+    h, weight, bias, stats = ctx.saved_tensors
+    layer = stats is not None
+    g = dy if dy.dtype == h.dtype else dy.to(h.dtype)
+    w, b = _param_for(weight, h), _param_for(bias, h)
+    wants = [ctx.needs_input_grad[3], layer and ctx.needs_input_grad[4]]
+    param_grads = any(wants)
+    shape = list(h.shape[h.dim() - ctx.count:])
+    h2, g2 = _rows(h, ctx.count), _rows(g, ctx.count)
+    if layer:
+        grads = torch.ops.normscan.layer_norm_backward(g2, h2, [h2.shape[-1]], None if w is None else w.reshape(-1),
+                                                       None if b is None else b.reshape(-1), ctx.eps, stats,
+                                                       param_grads)
+    else:
+        grads = torch.ops.normscan.rms_norm_backward(g2, h2, -1, ctx.eps, None if w is None else w.reshape(-1),
+                                                     param_grads)
+    dh_total = grads[0].view(h.shape)
+    if dh is not None:
+        dh_total = dh_total + dh
+    params = [None, None]
+    if param_grads:
+        for i, (t, grad) in enumerate(zip((weight, bias), grads[1:])):
+            params[i] = None if t is None else grad.view(shape).to(t.dtype)
+    dx = dh_total.to(ctx.x_dtype)
+    if layer:
+        return dx, dh_total, None, params[0], params[1], None
+    return dx, dh_total, None, params[0], None
+
+
+rms_norm_residual.register_autograd(_backward, setup_context=_setup)
+layer_norm_residual.register_autograd(_backward, setup_context=_setup)
+
+
+def call(name: str, x: torch.Tensor, residual: torch.Tensor, count: int, weight, bias, eps) -> tuple:
+    """(y, h) of the residual form of `name` over x's last `count` dims."""
+    checked(name, x, residual, count)
+    checked_param(name, weight, x, count)
+    checked_param(name, bias, x, count, "bias")
+    if eps is None:  # rms_norm's default: finfo's of the dtype normalised, h's
+        eps = torch.finfo(residual.dtype).eps
+    if x.is_cuda and torch.is_autocast_enabled("cuda"):
+        # As the two ops apart run there: the add in the inputs' dtypes, the norm in float32.
+        h = x + residual
+        norm = REGISTRY[name]
+        shape = list(x.shape[x.dim() - count:])
+        return (norm.call(h, shape, weight, bias, eps) if norm.row_stats else
+                norm.call(_rows(h, count), -1, eps, None if weight is None else weight.reshape(-1)).view(x.shape)), h
+    if name == "rms_norm":
+        return torch.ops.normscan.rms_norm_residual(x, residual, count, weight, eps)
+    y, h, _ = torch.ops.normscan.layer_norm_residual(x, residual, count, weight, bias, eps)
+    return y, h
