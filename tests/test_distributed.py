@@ -174,6 +174,50 @@ def _compiled_worker(rank: int, world: int, port: int, failures) -> None:
         dist.destroy_process_group()
 
 
+def _residual_worker(rank: int, world: int, port: int, failures) -> None:
+    """The residual forms (y, h) of rms_norm and layer_norm on DTensors: sharded on the rows'
+    dims they run locally (layer_norm's statistics along the first only), on the hidden dim
+    they stay sharded (the add, then the sharded-hidden norm); values and gradients of x, the
+    residual, the weight and the bias as on the full tensors."""
+    import normscan
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        gen = torch.Generator().manual_seed(0)
+        x, r, gy, gh = (torch.randn(4, 6, 8, generator=gen, dtype=torch.float64) for _ in range(4))
+        w, b = torch.rand(8, generator=gen, dtype=torch.float64) + 0.5, torch.randn(8, generator=gen, dtype=torch.float64)
+        forms = {"rms_norm": lambda x, r, w, b: normscan.rms_norm(x, [8], w, 1e-6, residual=r),
+                 "layer_norm": lambda x, r, w, b: normscan.layer_norm(x, [8], w, b, residual=r)}
+        for name, form in forms.items():
+            leaves = [t.clone().requires_grad_() for t in (x, r, w, b)]
+            expected = form(*leaves)
+            expected_grads = torch.autograd.grad(expected, leaves, [gy, gh], allow_unused=True)
+            for placement in (Shard(0), Shard(1), Shard(2)):
+                dx, dr = (distribute_tensor(t, mesh, [placement]).requires_grad_() for t in (x, r))
+                dw, db = (distribute_tensor(t, mesh, [Replicate()]).requires_grad_() for t in (w, b))
+                y, h = form(dx, dr, dw, db)
+                where = f"{name} residual x {placement}"
+                kept = placement.dim != 1 or name == "rms_norm"
+                if kept and (y.placements, h.placements) != ((placement,), (placement,)):
+                    failures.append(f"{where}: y {y.placements}, h {h.placements}")
+                for ours, theirs in zip((y, h), expected):
+                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-10, atol=1e-12):
+                        failures.append(f"{where}: values differ")
+                grads = torch.autograd.grad([y, h], [dx, dr, dw, db], [distribute_tensor(gy, mesh, y.placements),
+                                                                       distribute_tensor(gh, mesh, h.placements)],
+                                            allow_unused=True)
+                for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
+                    if (ours is None) != (theirs is None) or (
+                            theirs is not None and not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11)):
+                        failures.append(f"{where}: gradient {i} differs")
+    finally:
+        dist.destroy_process_group()
+
+
 def _until_done(rank: int, worker, world: int, port: int, failures) -> None:
     worker(rank, world, port, failures)  # an exception here reaches mp.spawn as a failure
     # Done, its failures reported: leave without the interpreter's teardown, in which gloo's
@@ -278,3 +322,7 @@ def test_norms_over_a_sharded_hidden_dim_as_over_the_full_one(world):
 
 def test_dtensor_ops_under_torch_compile():
     assert _spawn(_compiled_worker, 2) == []
+
+
+def test_residual_forms_on_dtensors():
+    assert _spawn(_residual_worker, 2) == []

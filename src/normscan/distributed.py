@@ -83,6 +83,28 @@ def _strategy(spec, backward: bool, op_schema):
     return strategy
 
 
+def _residual_strategy(op_schema):
+    """The residual forms' rules (normscan.residual: (x, residual, count, weight[, bias], eps)
+    -> (y, h[, statistics])): sharded on a dim before the normalized ones, locally, y and h as
+    x (layer_norm's (rows, 2) statistics along the first dim only); else replicated."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+
+    x = op_schema.args_schema[0].strategies[0].output_spec
+    count = op_schema.args_schema[2]
+    params = [None if a is None else 0 for a in op_schema.args_schema[3:-1]]
+    outputs = 3 if len(params) == 2 else 2
+
+    def rule(p, stats):
+        given = [Replicate() if a is not None else None for a in params]
+        return [p, p] + ([stats] if outputs == 3 else []) + [p, p, None] + given + [None]
+    rules = [rule(Replicate(), Replicate())]
+    for d in range(x.tensor_meta.shape.__len__() - count):
+        if outputs == 2 or d == 0:
+            rules.append(rule(Shard(d), Shard(0)))
+    return expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, rules, input_index=outputs)
+
+
 _registered = False
 
 
@@ -130,6 +152,8 @@ def register() -> None:
                           len(op._schema.arguments))
             propagator.register_op_strategy(op, partial(_strategy, spec, backward),
                                             RuntimeSchemaInfo(static, needs_pytree=True))
+    for op in (torch.ops.normscan.rms_norm_residual.default, torch.ops.normscan.layer_norm_residual.default):
+        propagator.register_op_strategy(op, _residual_strategy, RuntimeSchemaInfo(2))
     _registered = True
 
 

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from . import _build, grouped, reference
+from . import _build, distributed, grouped, reference
 from .registry import REGISTRY
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -191,6 +191,13 @@ rms_norm_residual.register_autograd(_backward, setup_context=_setup)
 layer_norm_residual.register_autograd(_backward, setup_context=_setup)
 
 
+def _sharded_normalized(x: torch.Tensor, count: int) -> bool:
+    """Whether x is a DTensor sharded on one of its last `count` dims."""
+    if not distributed._is_dtensor(x):
+        return False
+    return any(p.is_shard() and p.dim % x.dim() >= x.dim() - count for p in x.placements)
+
+
 def call(name: str, x: torch.Tensor, residual: torch.Tensor, count: int, weight, bias, eps) -> tuple:
     """(y, h) of the residual form of `name` over x's last `count` dims."""
     checked(name, x, residual, count)
@@ -198,8 +205,11 @@ def call(name: str, x: torch.Tensor, residual: torch.Tensor, count: int, weight,
     checked_param(name, bias, x, count, "bias")
     if eps is None:  # rms_norm's default: finfo's of the dtype normalised, h's
         eps = torch.finfo(residual.dtype).eps
-    if x.is_cuda and torch.is_autocast_enabled("cuda"):
-        # As the two ops apart run there: the add in the inputs' dtypes, the norm in float32.
+    if (x.is_cuda and torch.is_autocast_enabled("cuda")) or _sharded_normalized(x, count):
+        # Under autocast as the two ops apart run there: the add in the inputs' dtypes, the
+        # norm in float32. A DTensor sharded on the normalized dims: the norm's own path keeps
+        # it sharded (one all-reduce of partial statistics) where the custom op's rules would
+        # replicate it.
         h = x + residual
         norm = REGISTRY[name]
         shape = list(x.shape[x.dim() - count:])
