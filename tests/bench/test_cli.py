@@ -93,10 +93,16 @@ def test_bench_training_without_gpu_times_the_backward_and_checks_the_gradients(
                    "--repeat", "1", "--rounds", "1", "--out", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
-    assert len(rows) == 6 and all(r["label"].endswith("backward") or " backward at " in r["label"] for r in rows)
-    for row in rows:  # x and g read, dx written: three tensors' bytes
+    assert len(rows) == 12 and all(r["label"].endswith("backward") for r in rows)
+    plain = [r for r in rows if "+residual" not in r["label"]]
+    assert len(plain) == 6
+    for row in plain:  # x and g read, dx written: three tensors' bytes
         assert row["bytes"] == 3 * 4 * row["shape"][0] * row["shape"][1] and row["correct"]
         assert {"normscan", "eager", "compile", "F.rms_norm"} <= set(row["ms"])
+    for row in rows[6:]:  # the residual form's: h, dy and dh read, dx written
+        assert "+residual" in row["label"] and row["correct"]
+        assert row["bytes"] == 4 * 4 * row["shape"][0] * row["shape"][1]
+        assert {"normscan", "eager", "compile"} <= set(row["ms"])
 
 
 def test_training_entries_of_every_op_count_their_backwards_bytes():
@@ -109,6 +115,20 @@ def test_training_entries_of_every_op_count_their_backwards_bytes():
         if e.op == "masked_cumsum":  # the gradient read, dx written, and the bool mask read each way
             both = e.mode == "forward+backward"
             assert e.bytes_moved == n * ((4 if both else 2) * size + (2 if both else 1)), e.label
+
+
+def test_residual_entries_count_four_tensors_a_pass():
+    """The residual forms' entries: rms_norm's and layer_norm's at hidden 2048-65536, forward
+    in the sweep (x, residual read; h, y written), backward and forward+backward in training,
+    beside the peers' fused add + norm."""
+    from normscan.bench import catalogue
+    entries = [e for e in catalogue.training_entries(None, [torch.bfloat16]) +
+               catalogue.sweep_entries(["rms_norm", "layer_norm"], [torch.bfloat16]) if e.residual]
+    assert {(e.op, e.mode) for e in entries} == {(op, m) for op in ("rms_norm", "layer_norm")
+                                                  for m in ("forward", "backward", "forward+backward")}
+    for e in entries:
+        assert e.shape[-1] in catalogue.TRAINING_HIDDEN and "residual" in e.params and "+residual" in e.label
+        assert e.bytes_moved == math.prod(e.shape) * 2 * {"forward": 4, "backward": 4, "forward+backward": 8}[e.mode]
 
 
 def test_training_entries_are_what_llms_train_through():

@@ -61,6 +61,12 @@ TRAINING_OPS = ("rms_norm", "layer_norm", "softmax", "log_softmax", "l2_normaliz
 TRAINING_HIDDEN = (2048, 4096, 8192, 16384, 32768, 65536)
 TRAINING_BYTES = 128 << 20
 TRAINING_SCAN_SHAPES = [((8192, 32768), 1), ((8192, 32768), 0)]
+# The residual forms (h = x + residual; y = norm(h)) as transformer blocks call them, forward
+# and in training, at each of TRAINING_HIDDEN, beside the peers' fused add + norm. The fewest
+# full tensors they move: forward x and the residual read, h and y written; backward h, dy and
+# dh read, dx (d residual: the same tensor) written.
+RESIDUAL_OPS = ("rms_norm", "layer_norm")
+RESIDUAL_TENSORS = {"forward": 4, "backward": 4, "forward+backward": 8}
 # Full-tensor reads and writes the fewest a backward needs: a norm's reads x and the
 # gradient and writes dx; cumsum's reads the gradient and writes dx (masked, the mask too);
 # cumprod's reads x and the gradient, and writes dx (the forward's output is recomputed).
@@ -104,6 +110,16 @@ def _quack_layer_norm():
                                       eps=1e-5)
 
 
+def _liger_residual_rms_norm():
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    return lambda x, p: LigerFusedAddRMSNormFunction.apply(x, p["residual"], p["weight"], 1e-5)
+
+
+def _quack_residual_rms_norm():
+    from quack.rmsnorm import rmsnorm
+    return lambda x, p: rmsnorm(x, p["weight"], residual=p["residual"], eps=1e-5, prenorm=True)
+
+
 def _liger_softmax():
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
     return lambda x, p: LigerSoftmaxFunction.apply(x)
@@ -122,6 +138,7 @@ _PEERS = {
                  "liger": _liger_rms_norm, "quack": _quack_rms_norm},
     "softmax": {"liger": _liger_softmax, "quack": _quack_softmax},
     "layer_norm": {"liger": _liger_layer_norm, "quack": _quack_layer_norm},
+    "rms_norm+residual": {"liger": _liger_residual_rms_norm, "quack": _quack_residual_rms_norm},
 }
 
 
@@ -145,16 +162,23 @@ CPU_ELEMENTS = 1 << 18
 
 
 def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict | None = None,
-           params: tuple[str, ...] = (), with_peers: bool = False, mode: str = "forward") -> Entry:
-    """An entry of the op; its mask (masked_cumsum's) always drawn, beside `params`."""
+           params: tuple[str, ...] = (), with_peers: bool = False, mode: str = "forward",
+           residual: bool = False) -> Entry:
+    """An entry of the op (of its residual form where `residual`: a residual drawn beside
+    `params`); its mask (masked_cumsum's) always drawn, beside `params`."""
     kwargs = dict(kwargs or {})
     params = tuple(params) + (("mask",) if spec.takes("mask") and "mask" not in params else ())
+    params = params + (("residual",) if residual and "residual" not in params else ())
 
     def eager(x, p):
+        if residual:
+            h = x + p["residual"]
+            rest = {n: t for n, t in p.items() if n != "residual"}
+            return spec.expression(h, dim, *spec.args(dict(kwargs, **rest))), h
         return spec.expression(x, dim, *spec.args(dict(kwargs, **p)))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
-        baselines.update(peers()[0].get(spec.name, {}))
+        baselines.update(peers()[0].get(spec.name + ("+residual" if residual else ""), {}))
     # x read once and y written once; x read twice where an output needs its whole statistic
     # first, which then exceeds L2: a whole-tensor op's (the tensor) and batch_norm's in
     # training (a channel, every sample's). Other statistics are held on chip.
@@ -167,9 +191,29 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
     if mode != "forward":
         backward = BACKWARD_TENSORS.get(spec.family.name) or BACKWARD_TENSORS[spec.functor]
         tensors = backward + (2 if mode == "forward+backward" else 0)
+    if residual:
+        tensors = RESIDUAL_TENSORS[mode]
     other_bytes = (2 if mode == "forward+backward" else 1) if spec.takes("mask") else 0  # a bool mask, read
     return Entry(f"{label} {mode}" if mode != "forward" else label, spec.name, tuple(shape), dtype, dim, kwargs,
-                 params, baselines, mode, tensors, other_bytes)
+                 params, baselines, mode, tensors, other_bytes, residual)
+
+
+def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str) -> list[Entry]:
+    """The residual forms of RESIDUAL_OPS at each of TRAINING_HIDDEN, weighted (layer_norm with
+    its bias too), beside the peers."""
+    out = []
+    dt = str(dtype).replace("torch.", "")
+    for spec in specs:
+        if spec.name not in RESIDUAL_OPS:
+            continue
+        params = ("weight", "bias") if spec.takes("bias") else ("weight",)
+        for n in TRAINING_HIDDEN:
+            shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
+            tag = "".join(f"+{name[0]}" for name in params)
+            out.append(_entry(f"{spec.name}{tag}+residual {shape[0]}x{n} {dt}", spec, shape, dtype,
+                              shape[-1:] if spec.trailing else -1, {"eps": 1e-5}, params=params, with_peers=True,
+                              mode=mode, residual=True))
+    return out
 
 
 def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:
@@ -218,6 +262,7 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
             else:
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
+        out += _residual_entries(specs, dtype, "forward")
         for spec in specs:  # the channel RMSNorm in every dtype asked (issue #22: fp32 and 16-bit)
             if spec.family.name == "reduce_scale" and spec.takes("weight") and isinstance(spec.region, regions.Dim):
                 for shape in CHANNEL_SHAPES:
@@ -258,6 +303,7 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
                         out.append(_entry(f"{spec.name}{tag} {shape[0]}x{n} {dt}", spec, shape, dtype,
                                           shape[-1:] if spec.trailing else -1, params=params,
                                           with_peers=True, mode=mode))
+            out += _residual_entries(specs, dtype, mode)
         for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:
@@ -300,7 +346,7 @@ def on_cpu(entries: list[Entry]) -> list[Entry]:
         label = label if shape == e.shape else f"{label} at {shape}"
         dim = shape[len(shape) - len(e.dim):] if isinstance(e.dim, tuple) else e.dim  # normalized_shape, reduced too
         with_peers = any(name not in ("eager", "compile") for name in e.baselines)
-        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.params, with_peers, e.mode))
+        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.params, with_peers, e.mode, e.residual))
     return out
 
 

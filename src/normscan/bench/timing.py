@@ -67,6 +67,7 @@ class Entry:
     mode: str = "forward"    # or "backward", "forward+backward" (MODES)
     tensors: int = 2         # full-tensor reads and writes the fewest an implementation needs
     other_bytes: int = 0     # and bytes an element of the op's other inputs (a bool mask: 1)
+    residual: bool = False   # the op's residual form: fn(x, p) gives (y, h), h = x + p["residual"]
 
     @property
     def bytes_moved(self) -> int:
@@ -180,13 +181,14 @@ def inputs(entry: Entry, device: str) -> list[torch.Tensor]:
 
 
 def params(entry: Entry, device: str) -> dict[str, torch.Tensor]:
-    """`p`, drawn afresh: the entry's weight (and bias) in its dtype, or its op's mask (a
-    random half of x)."""
+    """`p`, drawn afresh: the entry's weight (and bias) in its dtype, its op's mask (a random
+    half of x), or a residual form's residual (of x's shape and dtype)."""
     spec = REGISTRY[entry.op]
     shape = spec.param_shape(entry.shape, entry.dim)[0] if entry.params else None
     make = {"weight": lambda: (torch.rand(shape, device=device) + 0.5).to(entry.dtype),
             "bias": lambda: torch.randn(shape, device=device).to(entry.dtype),
-            "mask": lambda: torch.rand(entry.shape, device=device) < 0.5}
+            "mask": lambda: torch.rand(entry.shape, device=device) < 0.5,
+            "residual": lambda: torch.randn(entry.shape, device=device).to(entry.dtype)}
     return {name: make[name]() for name in entry.params}
 
 
@@ -195,13 +197,20 @@ def _grad_inputs(x: torch.Tensor, p: dict) -> list[torch.Tensor]:
     return [x] + [t for t in p.values() if t.is_floating_point()]
 
 
+def _grad(out, inputs: list[torch.Tensor], grad: torch.Tensor, retain_graph: bool = False):
+    """The gradients of `inputs` from fn's output y, or from a residual form's (y, h), each
+    output given `grad`."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return torch.autograd.grad(outs, inputs, [grad] * len(outs), retain_graph=retain_graph)
+
+
 def training(fn: Callable, mode: str, xs: list[torch.Tensor], p: dict, grad: torch.Tensor) -> Callable:
     """fn(x, p) as a training entry times it: forward and backward, or the backward alone of
     a graph made now for each x (xs and p's floating tensors require grad)."""
     if mode == "forward+backward":
-        return lambda x, p: torch.autograd.grad(fn(x, p), _grad_inputs(x, p), grad)
+        return lambda x, p: _grad(fn(x, p), _grad_inputs(x, p), grad)
     graphs = {id(x): fn(x, p) for x in xs}
-    return lambda x, p: torch.autograd.grad(graphs[id(x)], _grad_inputs(x, p), grad, retain_graph=True)
+    return lambda x, p: _grad(graphs[id(x)], _grad_inputs(x, p), grad, retain_graph=True)
 
 
 def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, float, bool]:
@@ -217,11 +226,15 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
         inputs = [t.detach().to(dtype).requires_grad_() for t in _grad_inputs(x, p)]
         given = dict(zip([n for n, t in p.items() if t.is_floating_point()], inputs[1:]))
         given.update((n, t) for n, t in p.items() if not t.is_floating_point())  # a mask, as it is
-        return torch.autograd.grad(f(inputs[0], given), inputs, g.to(dtype))
+        return _grad(f(inputs[0], given), inputs, g.to(dtype))
 
     def expression(x, p):
+        if entry.residual:
+            return residual_expression(entry, x, p)
         return spec.expression(x, entry.dim, *spec.args(dict(entry.kwargs, **p), entry.dtype))
     def in_float32(x, p):
+        if entry.residual:  # PyTorch's add in x's dtype, then the norm in float32
+            return residual_expression(entry, x, p, wide=True)
         return reference.in_float32(lambda x, *values: expression(x, dict(zip(p, values))))(x, *p.values())
     exact = grads(expression, torch.float64)
     theirs = grads(in_float32, entry.dtype)
@@ -235,8 +248,38 @@ def check_gradients(entry: Entry, fn: Callable, device: str) -> tuple[float, flo
     return error, bound, all(r[2] for r in results)
 
 
-def check_entry(entry: Entry, device: str) -> tuple[float, float, bool]:
-    """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok)."""
+def residual_expression(entry: Entry, x: torch.Tensor, p: dict, wide: bool = False) -> tuple:
+    """A residual form's (y, h) by PyTorch: h = x + residual, then the op's expression over h
+    (in float32 for a 16-bit h where `wide`)."""
+    spec = REGISTRY[entry.op]
+    h = x + p["residual"]
+    rest = {n: t for n, t in p.items() if n != "residual"}
+    args = spec.args(dict(entry.kwargs, **rest), entry.dtype)
+    if wide and h.dtype in (torch.float16, torch.bfloat16):
+        y = reference.in_float32(lambda h, *a: spec.expression(h, entry.dim, *a))(h, *args)
+    else:
+        y = spec.expression(h, entry.dim, *args)
+    return y, h
+
+
+def check_residual(entry: Entry, fn: Callable, device: str) -> tuple[float, float, bool]:
+    """A residual form's (y, h) on fresh inputs: h exactly PyTorch's x + residual, y against
+    float64's norm of that h within the norms' bound of its dtype: (error, bound, ok)."""
+    spec = REGISTRY[entry.op]
+    x = testing.maker(entry.shape, entry.dtype, testing.values_of(spec))(device)
+    p = params(entry, device)
+    y, h = fn(x, p)
+    exact = residual_expression(entry, h.double(), {n: t.double() for n, t in dict(p, residual=h.new_zeros(())).items()})
+    error, mismatch = testing.rel_error(y, exact[0])
+    bound = testing.NORM_BOUNDS[entry.dtype]
+    return error, bound, not mismatch and error <= bound and torch.equal(h, x + p["residual"])
+
+
+def check_entry(entry: Entry, device: str, fn: Callable | None = None) -> tuple[float, float, bool]:
+    """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok).
+    A residual form's by check_residual, on fn (ours)."""
+    if entry.residual:
+        return check_residual(entry, fn, device)
     spec = REGISTRY[entry.op]
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, testing.values_of(spec)), entry.dim,
                         dict(entry.kwargs), with_weight="weight" in entry.params)
@@ -270,7 +313,7 @@ def run_entries(entries: list[Entry], ours: Callable[[Entry], Callable], repeat:
     rows = []
     for entry in progress(entries):
         if entry.mode == "forward":
-            error, bound, ok = check_entry(entry, device)
+            error, bound, ok = check_entry(entry, device, ours(entry))
         else:
             error, bound, ok = check_gradients(entry, ours(entry), device)
         if device == "cuda":

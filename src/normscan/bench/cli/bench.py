@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ... import __version__, _build
+from ... import __version__, _build, residual
 from ...registry import REGISTRY
 from .. import catalogue, timing
 from ..problems import all_problems
@@ -31,8 +31,15 @@ DEFAULT_ROUNDS = 3
 
 
 def ours(entry: timing.Entry):
-    """normscan's public function on an entry's arguments, as fn(x, p)."""
+    """normscan's public function on an entry's arguments, as fn(x, p) (a residual form's
+    (y, h))."""
     spec = REGISTRY[entry.op]
+    if entry.residual:
+        def form(x, p):
+            given = dict(entry.kwargs, **p)
+            return residual.call(spec.name, x, given["residual"], 1, given.get("weight"), given.get("bias"),
+                                 given["eps"])
+        return form
     return lambda x, p: spec.call(x, entry.dim, *spec.args(dict(entry.kwargs, **p)))
 
 
