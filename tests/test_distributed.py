@@ -218,6 +218,49 @@ def _residual_worker(rank: int, world: int, port: int, failures) -> None:
         dist.destroy_process_group()
 
 
+def _batch_worker(rank: int, world: int, port: int, failures) -> None:
+    """batch_norm of a batch sharded across the ranks (5 samples: uneven, and none on a rank of
+    4), in training: y stays sharded, values, gradients and the running statistics' update as
+    F.batch_norm's on the whole batch (SyncBatchNorm's semantics); in eval the same."""
+    import normscan
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        gen = torch.Generator().manual_seed(0)
+        batch = 5 if world == 2 else 3
+        x = torch.randn(batch, 3, 5, 2, generator=gen, dtype=torch.float64) * 2 + 1
+        g = torch.randn(batch, 3, 5, 2, generator=gen, dtype=torch.float64)
+        w, b = torch.rand(3, generator=gen, dtype=torch.float64) + 0.5, torch.randn(3, generator=gen, dtype=torch.float64)
+        rm, rv = torch.randn(3, generator=gen, dtype=torch.float64), torch.rand(3, generator=gen, dtype=torch.float64) + 1
+        for training in (True, False):
+            leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+            erm, erv = rm.clone(), rv.clone()
+            expected = torch.nn.functional.batch_norm(leaves[0], erm, erv, leaves[1], leaves[2], training, 0.1, 1e-5)
+            expected_grads = torch.autograd.grad(expected, leaves, g)
+            dx = distribute_tensor(x, mesh, [Shard(0)]).requires_grad_()
+            dw, db = (distribute_tensor(t, mesh, [Replicate()]).requires_grad_() for t in (w, b))
+            drm, drv = (distribute_tensor(t.clone(), mesh, [Replicate()]) for t in (rm, rv))
+            y = normscan.batch_norm(dx, drm, drv, dw, db, training, 0.1, 1e-5)
+            grads = torch.autograd.grad(y, [dx, dw, db], distribute_tensor(g, mesh, y.placements))
+            where = f"batch_norm training={training} x Shard(0)"
+            if y.placements != (Shard(0),):
+                failures.append(f"{where}: y {y.placements}")
+            if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
+                failures.append(f"{where}: y differs")
+            for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
+                if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
+                    failures.append(f"{where}: gradient {i} differs")
+            for name, ours, theirs in (("running_mean", drm, erm), ("running_var", drv, erv)):
+                if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-12, atol=1e-14):
+                    failures.append(f"{where}: {name} differs")
+    finally:
+        dist.destroy_process_group()
+
+
 def _until_done(rank: int, worker, world: int, port: int, failures) -> None:
     worker(rank, world, port, failures)  # an exception here reaches mp.spawn as a failure
     # Done, its failures reported: leave without the interpreter's teardown, in which gloo's
@@ -326,3 +369,8 @@ def test_dtensor_ops_under_torch_compile():
 
 def test_residual_forms_on_dtensors():
     assert _spawn(_residual_worker, 2) == []
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_batch_norm_over_a_sharded_batch_as_over_the_whole(world):
+    assert _spawn(_batch_worker, world) == []

@@ -235,17 +235,83 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     return y.to(x.dtype)
 
 
+def batch_norm_batch_sharded(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                             weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                             training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
+                             group=None) -> torch.Tensor:
+    """``F.batch_norm`` of a batch split across `group` (SyncBatchNorm's semantics): `x` is this
+    rank's samples (N_i, C, *), the result this rank's. In training each rank's per-channel
+    (count, mean, squared deviations) are merged by Chan's formula in one all-reduce of
+    ranks x C x 3 values, every rank normalises by the whole batch's statistics and updates
+    running_mean and running_var (the unbiased variance, as PyTorch) alike; the gradients
+    reach every rank's samples through the all-reduce's backward. In eval, the running
+    statistics normalise each rank's samples: no communication."""
+    from .ops import batch_norm
+
+    if not training:
+        return batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
+    xf = _widened(x)
+    dims = [0, *range(2, x.dim())]
+    n = float(x.numel() // max(x.shape[1], 1))
+    mean = xf.sum(dims) / max(n, 1.0)  # a rank without samples: weighed by its count 0
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    m2 = (xf - mean.view(shape)).square().sum(dims)
+    counts, means, m2s = _gathered(torch.stack([torch.full_like(mean, n), mean, m2], -1), group).unbind(-1)
+    total = counts.sum(0)
+    grand = (counts * means).sum(0) / total
+    squared = m2s.sum(0) + (counts * (means - grand).square()).sum(0)
+    if int(total[0]) <= 1:
+        raise ValueError(f"normscan.batch_norm: expected more than 1 value per channel when training, got "
+                         f"{int(total[0])} across the group")
+    with torch.no_grad():
+        for running, batch in ((running_mean, grand), (running_var, squared / (total - 1))):
+            if running is not None:
+                running.mul_(1 - momentum).add_(momentum * batch.to(running.dtype))
+    y = (xf - grand.view(shape)) * torch.rsqrt(squared / total + eps).view(shape)
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    return y.to(x.dtype)
+
+
+def batch_sharded_call(spec, x, args: list):
+    """batch_norm of a DTensor sharded on its samples (dim 0) alone: batch_norm_batch_sharded on
+    the local samples (running statistics and parameters replicated, the parameters'
+    gradients Partial), y sharded as x; None otherwise."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    given = dict(zip(spec.params, args))
+    if spec.name != "batch_norm" or tuple(x.placements) != (Shard(0),) or x.dim() < 2:
+        return None
+    mesh, local = x.device_mesh, []
+    for name in ("running_mean", "running_var", "weight", "bias"):
+        t = given[name]
+        if isinstance(t, DTensor):
+            if t.device_mesh != mesh:
+                return None
+            t = t.redistribute(mesh, [Replicate()])
+            t = t.to_local(grad_placements=[Partial()]) if name in ("weight", "bias") else t.to_local()
+        local.append(t)
+    y = batch_norm_batch_sharded(x.to_local(), *local, given["training"], given["momentum"], given["eps"],
+                                 mesh.get_group())
+    return DTensor.from_local(y, mesh, x.placements, shape=x.shape, stride=x.stride())
+
+
 def sharded_call(spec, x, value, args: list):
     """A DTensor sharded (on one mesh dim) along the dim its op reduces or scans, where that
     needs no gathering of x: rms_norm and layer_norm over a sharded last dim
-    (hidden_sharded_call), the scans along a sharded dim (scan_sharded_call); y sharded as x.
-    None for every other call (the sharding rules then, which replicate x first)."""
+    (hidden_sharded_call), the scans along a sharded dim (scan_sharded_call), batch_norm in
+    training over a sharded batch (batch_sharded_call); y sharded as x. None for every other
+    call (the sharding rules then, which replicate x first)."""
     if not _is_dtensor(x) or x.device_mesh.ndim != 1 or x.dim() == 0:
         return None
     if spec.name in ("rms_norm", "layer_norm"):
         return hidden_sharded_call(spec, x, value, args)
     if spec.family.name == "scan":
         return scan_sharded_call(spec, x, value, args)
+    if spec.name == "batch_norm":
+        return batch_sharded_call(spec, x, args)
     return None
 
 
