@@ -219,15 +219,17 @@ def _residual_worker(rank: int, world: int, port: int, failures) -> None:
 
 
 def _batch_worker(rank: int, world: int, port: int, failures) -> None:
-    """batch_norm of a batch sharded across the ranks (5 samples: uneven, and none on a rank of
-    4), in training: y stays sharded, values, gradients and the running statistics' update as
-    F.batch_norm's on the whole batch (SyncBatchNorm's semantics); in eval the same."""
+    """batch_norm and instance_norm of a batch sharded across the ranks (5 samples: uneven,
+    and none on a rank of 4), in training and eval: y stays sharded, values, gradients and the
+    running statistics' update as F's on the whole batch (batch_norm's: SyncBatchNorm's
+    semantics)."""
     import normscan
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    check = _check_sharded_channels(failures)
     try:
         mesh = init_device_mesh("cpu", (world,))
         gen = torch.Generator().manual_seed(0)
@@ -247,18 +249,36 @@ def _batch_worker(rank: int, world: int, port: int, failures) -> None:
             y = normscan.batch_norm(dx, drm, drv, dw, db, training, 0.1, 1e-5)
             grads = torch.autograd.grad(y, [dx, dw, db], distribute_tensor(g, mesh, y.placements))
             where = f"batch_norm training={training} x Shard(0)"
-            if y.placements != (Shard(0),):
-                failures.append(f"{where}: y {y.placements}")
-            if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
-                failures.append(f"{where}: y differs")
-            for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
-                if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
-                    failures.append(f"{where}: gradient {i} differs")
-            for name, ours, theirs in (("running_mean", drm, erm), ("running_var", drv, erv)):
-                if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-12, atol=1e-14):
-                    failures.append(f"{where}: {name} differs")
+            check(where, y, grads, expected, expected_grads, ((drm, erm), (drv, erv)))
+            leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+            erm, erv = rm.clone(), rv.clone()
+            expected = torch.nn.functional.instance_norm(leaves[0], erm, erv, leaves[1], leaves[2], training, 0.1, 1e-5)
+            expected_grads = torch.autograd.grad(expected, leaves, g)
+            drm, drv = (distribute_tensor(t.clone(), mesh, [Replicate()]) for t in (rm, rv))
+            y = normscan.instance_norm(dx, drm, drv, dw, db, training, 0.1, 1e-5)
+            grads = torch.autograd.grad(y, [dx, dw, db], distribute_tensor(g, mesh, y.placements))
+            check(f"instance_norm use_input_stats={training} x Shard(0)", y, grads, expected, expected_grads,
+                  ((drm, erm), (drv, erv)))
     finally:
         dist.destroy_process_group()
+
+
+def _check_sharded_channels(failures):
+    """A checker of a channel norm's sharded result against the whole batch's."""
+    from torch.distributed.tensor import Shard
+
+    def check(where, y, grads, expected, expected_grads, running):
+        if y.placements != (Shard(0),):
+            failures.append(f"{where}: y {y.placements}")
+        if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
+            failures.append(f"{where}: y differs")
+        for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
+            if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
+                failures.append(f"{where}: gradient {i} differs")
+        for name, (ours, theirs) in zip(("running_mean", "running_var"), running):
+            if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-12, atol=1e-14):
+                failures.append(f"{where}: {name} differs")
+    return check
 
 
 def _until_done(rank: int, worker, world: int, port: int, failures) -> None:
@@ -372,5 +392,5 @@ def test_residual_forms_on_dtensors():
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_batch_norm_over_a_sharded_batch_as_over_the_whole(world):
+def test_channel_norms_over_a_sharded_batch_as_over_the_whole(world):
     assert _spawn(_batch_worker, world) == []

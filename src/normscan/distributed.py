@@ -298,11 +298,59 @@ def batch_sharded_call(spec, x, args: list):
     return DTensor.from_local(y, mesh, x.placements, shape=x.shape, stride=x.stride())
 
 
+def instance_sharded_call(spec, x, args: list):
+    """instance_norm of a DTensor sharded on its samples (dim 0) alone: each sample's
+    statistics are its own, so each rank normalises its samples locally; the running
+    statistics' update (the mean over every sample of each one's, as PyTorch's) takes one
+    all-reduce of C x 3 values (the local samples' sums of their means and unbiased
+    variances, and their count). y sharded as x; the parameters' gradients Partial."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    from .ops import instance_norm
+
+    given = dict(zip(spec.params, args))
+    if tuple(x.placements) != (Shard(0),) or x.dim() < 3:
+        return None
+    mesh, local = x.device_mesh, {}
+    for name in ("running_mean", "running_var", "weight", "bias"):
+        t = given[name]
+        if isinstance(t, DTensor):
+            if t.device_mesh != mesh:
+                return None
+            t = t.redistribute(mesh, [Replicate()])
+            t = t.to_local(grad_placements=[Partial()]) if name in ("weight", "bias") else t.to_local()
+        local[name] = t
+    xl = x.to_local()
+    training = given["use_input_stats"]
+    running = (local["running_mean"], local["running_var"]) if training else (None, None)
+    if training and any(t is not None for t in running):
+        with torch.no_grad():
+            var, mean = torch.var_mean(_widened(xl).flatten(2), dim=2)  # (N_i, C): each sample's, unbiased
+            count = torch.full((xl.shape[1],), float(xl.shape[0]), dtype=mean.dtype, device=xl.device)
+            sums = torch.stack([mean.sum(0), var.sum(0), count], -1)  # a rank without samples: zeros
+            dist.all_reduce(sums, group=mesh.get_group())
+            for t, batch in zip(running, (sums[:, 0] / sums[:, 2], sums[:, 1] / sums[:, 2])):
+                if t is not None:
+                    t.mul_(1 - given["momentum"]).add_(given["momentum"] * batch.to(t.dtype))
+    if xl.shape[0] == 0:  # no samples here (PyTorch's CPU op refuses them): empty, tied to the parameters
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        y = xl.clone()
+        for t, tie in ((local["weight"], torch.mul), (local["bias"], torch.add)):
+            y = y if t is None else tie(y, t.view(shape)).to(x.dtype)
+    else:
+        y = instance_norm(xl, None if training else local["running_mean"],
+                          None if training else local["running_var"], local["weight"], local["bias"], training,
+                          given["momentum"], given["eps"])
+    return DTensor.from_local(y, mesh, x.placements, shape=x.shape, stride=x.stride())
+
+
 def sharded_call(spec, x, value, args: list):
     """A DTensor sharded (on one mesh dim) along the dim its op reduces or scans, where that
     needs no gathering of x: rms_norm and layer_norm over a sharded last dim
-    (hidden_sharded_call), the scans along a sharded dim (scan_sharded_call), batch_norm in
-    training over a sharded batch (batch_sharded_call); y sharded as x. None for every other
+    (hidden_sharded_call), the scans along a sharded dim (scan_sharded_call), batch_norm and
+    instance_norm over a sharded batch (batch_sharded_call, instance_sharded_call); y sharded
+    as x. None for every other
     call (the sharding rules then, which replicate x first)."""
     if not _is_dtensor(x) or x.device_mesh.ndim != 1 or x.dim() == 0:
         return None
@@ -312,6 +360,8 @@ def sharded_call(spec, x, value, args: list):
         return scan_sharded_call(spec, x, value, args)
     if spec.name == "batch_norm":
         return batch_sharded_call(spec, x, args)
+    if spec.name == "instance_norm":
+        return instance_sharded_call(spec, x, args)
     return None
 
 
