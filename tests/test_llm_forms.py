@@ -275,9 +275,9 @@ def test_timm_layer_norm_2d_recipe(device):
 
 
 # ------------------------------------------------------------------------- fused residual add
-# Rows the one-pass kernel holds (whole 16-byte vectors: 1, 2, 4 and 8 a thread), and rows it
-# does not (odd, longer), which add and normalise apart.
-RESIDUAL_SHAPES = [(64, 2048), (9, 4096), (5, 8192), (3, 32768), (2, 65536), (7, 1001), (2, 5, 8)]
+# Rows the one-pass kernel holds (whole 16-byte vectors: 2 a thread up to 2048 of them, 4 up
+# to 4096), and rows it does not (odd, longer), which add and normalise apart.
+RESIDUAL_SHAPES = [(64, 2048), (9, 4096), (5, 8192), (4, 16384), (3, 32768), (2, 65536), (7, 1001), (2, 5, 8)]
 RESIDUAL_DTYPES = [(torch.float64, torch.float64, torch.float64), (torch.float32, torch.float32, torch.float32),
                    (torch.bfloat16, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32, torch.float32),
                    (torch.float16, torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16, torch.float32),

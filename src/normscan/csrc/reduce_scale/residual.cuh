@@ -52,12 +52,10 @@ template <typename A> __device__ __forceinline__ A block_sum_in_order(A v, A* sc
   return total;
 }
 
-// K vectors a thread, at most kResidualThreads<K> threads a block (their registers: K <= 4
-// hold at 64 a thread, 8 at 128; 16 spilled at 128).
-template <int K> constexpr int kResidualThreads = K <= 4 ? 1024 : 512;
-
+// K vectors a thread (2 or 4), up to 1024 threads a block: h of K vectors of a float32 residual
+// beside 16-bit x fits the 64 registers a thread that leaves (K = 16 spilled at 128).
 template <typename T, typename R, typename P, typename Op, int K>
-__global__ void __launch_bounds__(kResidualThreads<K>) residual_norm_rows_kernel(ResidualArgs<T, R, P> a) {
+__global__ void __launch_bounds__(1024) residual_norm_rows_kernel(ResidualArgs<T, R, P> a) {
   using A = acc_t<T>;
   constexpr int V = vec16<T>();
   static_assert(std::is_same<A, acc_t<R>>::value, "the residual accumulates as x does");
@@ -136,12 +134,11 @@ __global__ void __launch_bounds__(kResidualThreads<K>) residual_norm_rows_kernel
   }
 }
 
-// The vectors a thread holds for a row of `nvec` vectors (1, 2, 4 or 8: rows of up to 4096
-// vectors, 32768 16-bit elements), and the block's threads; {0, 0} where no kernel holds it.
+// The vectors a thread holds for a row of `nvec` vectors (2, or 4 beyond 2048: rows of up to
+// 4096 vectors, 32768 16-bit elements), and the block's threads; {0, 0} where no kernel holds it.
 template <int V> inline int2 residual_shape(int64_t nvec) {
-  int k = 1;
-  while (k <= 8 && nvec > int64_t(k) * (k <= 4 ? 1024 : 512)) k *= 2;
-  if (k > 8) return make_int2(0, 0);
+  const int k = nvec <= 2048 ? 2 : 4;
+  if (nvec > 4096) return make_int2(0, 0);
   const int64_t threads = (ceil_div(nvec, k) + 31) / 32 * 32;
   return make_int2(k, static_cast<int>(threads < 32 ? 32 : threads));
 }
@@ -158,10 +155,8 @@ inline cudaError_t launch_residual_norm_rows(const ResidualArgs<T, R, P>& a, cud
   const unsigned grid = static_cast<unsigned>(min64(a.rows, int64_t(1) << 30));
   if (a.rows == 0) return cudaSuccess;
   switch (shape.x) {
-    case 1: residual_norm_rows_kernel<T, R, P, Op, 1><<<grid, shape.y, 0, stream>>>(a); break;
     case 2: residual_norm_rows_kernel<T, R, P, Op, 2><<<grid, shape.y, 0, stream>>>(a); break;
     case 4: residual_norm_rows_kernel<T, R, P, Op, 4><<<grid, shape.y, 0, stream>>>(a); break;
-    case 8: residual_norm_rows_kernel<T, R, P, Op, 8><<<grid, shape.y, 0, stream>>>(a); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
