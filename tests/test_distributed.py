@@ -41,6 +41,18 @@ def _params(name, x):
             torch.randn(shape, generator=gen, dtype=torch.float64) for n in ("weight", "bias") if spec.takes(n)}
 
 
+def _compare(failures, where: str, outputs, grads, expected, expected_grads) -> None:
+    """Each output and gradient (DTensors; a gradient may be None where the expected one is)
+    against the single process's, in float64."""
+    for ours, theirs in zip(outputs, expected):
+        if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-10, atol=1e-12):
+            failures.append(f"{where}: y differs")
+    for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
+        if (ours is None) != (theirs is None) or (
+                theirs is not None and not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11)):
+            failures.append(f"{where}: gradient {i} differs")
+
+
 def _ops_worker(rank: int, world: int, port: int, failures) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
@@ -78,11 +90,7 @@ def _ops_worker(rank: int, world: int, port: int, failures) -> None:
                               any(d.placements != (Partial(),) for d in grads[1:])):
                     failures.append(f"{where}: communicated: y {y.placements}, "
                                     f"{[d.placements for d in grads]}")
-                if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
-                    failures.append(f"{where}: y differs")
-                for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
-                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
-                        failures.append(f"{where}: gradient {i} differs")
+                _compare(failures, where, [y], grads, [expected], expected_grads)
     finally:
         dist.destroy_process_group()
 
@@ -165,11 +173,7 @@ def _compiled_worker(rank: int, world: int, port: int, failures) -> None:
                 where = f"compiled {name} x {placement}"
                 if name != "softmax" and y.placements != (placement,):
                     failures.append(f"{where}: y {y.placements}")
-                if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
-                    failures.append(f"{where}: y differs")
-                for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
-                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
-                        failures.append(f"{where}: gradient {i} differs")
+                _compare(failures, where, [y], grads, [expected], expected_grads)
     finally:
         dist.destroy_process_group()
 
@@ -204,16 +208,10 @@ def _residual_worker(rank: int, world: int, port: int, failures) -> None:
                 kept = placement.dim != 1 or name == "rms_norm"
                 if kept and (y.placements, h.placements) != ((placement,), (placement,)):
                     failures.append(f"{where}: y {y.placements}, h {h.placements}")
-                for ours, theirs in zip((y, h), expected):
-                    if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-10, atol=1e-12):
-                        failures.append(f"{where}: values differ")
                 grads = torch.autograd.grad([y, h], [dx, dr, dw, db], [distribute_tensor(gy, mesh, y.placements),
                                                                        distribute_tensor(gh, mesh, h.placements)],
                                             allow_unused=True)
-                for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
-                    if (ours is None) != (theirs is None) or (
-                            theirs is not None and not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11)):
-                        failures.append(f"{where}: gradient {i} differs")
+                _compare(failures, where, [y, h], grads, expected, expected_grads)
     finally:
         dist.destroy_process_group()
 
@@ -270,11 +268,7 @@ def _check_sharded_channels(failures):
     def check(where, y, grads, expected, expected_grads, running):
         if y.placements != (Shard(0),):
             failures.append(f"{where}: y {y.placements}")
-        if not torch.allclose(y.full_tensor(), expected, rtol=1e-10, atol=1e-12):
-            failures.append(f"{where}: y differs")
-        for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
-            if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11):
-                failures.append(f"{where}: gradient {i} differs")
+        _compare(failures, where, [y], grads, [expected], expected_grads)
         for name, (ours, theirs) in zip(("running_mean", "running_var"), running):
             if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-12, atol=1e-14):
                 failures.append(f"{where}: {name} differs")

@@ -275,16 +275,13 @@ def batch_norm_batch_sharded(x: torch.Tensor, running_mean: torch.Tensor | None,
     return y.to(x.dtype)
 
 
-def batch_sharded_call(spec, x, args: list):
-    """batch_norm of a DTensor sharded on its samples (dim 0) alone: batch_norm_batch_sharded on
-    the local samples (running statistics and parameters replicated, the parameters'
-    gradients Partial), y sharded as x; None otherwise."""
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+def _channel_tensors_local(mesh, given: dict) -> dict | None:
+    """A channel norm's running statistics, weight and bias as each rank's local tensors: a
+    DTensor replicated first (the parameters' gradients then Partial: each rank's sum over its
+    samples), a plain tensor as it is; None where one lives on another mesh."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
 
-    given = dict(zip(spec.params, args))
-    if spec.name != "batch_norm" or tuple(x.placements) != (Shard(0),) or x.dim() < 2:
-        return None
-    mesh, local = x.device_mesh, []
+    local = {}
     for name in ("running_mean", "running_var", "weight", "bias"):
         t = given[name]
         if isinstance(t, DTensor):
@@ -292,10 +289,25 @@ def batch_sharded_call(spec, x, args: list):
                 return None
             t = t.redistribute(mesh, [Replicate()])
             t = t.to_local(grad_placements=[Partial()]) if name in ("weight", "bias") else t.to_local()
-        local.append(t)
-    y = batch_norm_batch_sharded(x.to_local(), *local, given["training"], given["momentum"], given["eps"],
-                                 mesh.get_group())
-    return DTensor.from_local(y, mesh, x.placements, shape=x.shape, stride=x.stride())
+        local[name] = t
+    return local
+
+
+def batch_sharded_call(spec, x, args: list):
+    """batch_norm of a DTensor sharded on its samples (dim 0) alone: batch_norm_batch_sharded on
+    the local samples (running statistics and parameters replicated, the parameters'
+    gradients Partial), y sharded as x; None otherwise."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    given = dict(zip(spec.params, args))
+    if spec.name != "batch_norm" or tuple(x.placements) != (Shard(0),) or x.dim() < 2:
+        return None
+    local = _channel_tensors_local(x.device_mesh, given)
+    if local is None:
+        return None
+    y = batch_norm_batch_sharded(x.to_local(), *local.values(), given["training"], given["momentum"], given["eps"],
+                                 x.device_mesh.get_group())
+    return DTensor.from_local(y, x.device_mesh, x.placements, shape=x.shape, stride=x.stride())
 
 
 def instance_sharded_call(spec, x, args: list):
@@ -305,22 +317,16 @@ def instance_sharded_call(spec, x, args: list):
     all-reduce of C x 3 values (the local samples' sums of their means and unbiased
     variances, and their count). y sharded as x; the parameters' gradients Partial."""
     import torch.distributed as dist
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+    from torch.distributed.tensor import DTensor, Shard
 
     from .ops import instance_norm
 
     given = dict(zip(spec.params, args))
     if tuple(x.placements) != (Shard(0),) or x.dim() < 3:
         return None
-    mesh, local = x.device_mesh, {}
-    for name in ("running_mean", "running_var", "weight", "bias"):
-        t = given[name]
-        if isinstance(t, DTensor):
-            if t.device_mesh != mesh:
-                return None
-            t = t.redistribute(mesh, [Replicate()])
-            t = t.to_local(grad_placements=[Partial()]) if name in ("weight", "bias") else t.to_local()
-        local[name] = t
+    mesh, local = x.device_mesh, _channel_tensors_local(x.device_mesh, given)
+    if local is None:
+        return None
     xl = x.to_local()
     training = given["use_input_stats"]
     running = (local["running_mean"], local["running_var"]) if training else (None, None)
