@@ -89,7 +89,7 @@ def _forward(name: str, x, residual, count, weight, bias, eps):
     if spec.row_stats:
         normed = spec.launch(h2, [h2.shape[-1]], w, b, eps, stats=stats)
     else:
-        normed = spec.launch(h2, -1, eps, w)
+        normed = spec.launch(h2, 1, eps, w)  # the dim wrapped, as launch takes it
     y.view(normed.shape).copy_(normed)
     return y, h, stats
 
