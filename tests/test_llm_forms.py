@@ -386,6 +386,24 @@ def test_residual_form_ops_graphs_and_modules(device):
     assert torch.equal(ln(x), normscan.layer_norm(x, [64], ln.weight, ln.bias))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_residual_form_gradients_of_one_output(name, device):
+    """A loss of y alone, or of h alone (the other output reaching none): the gradients as the
+    add and the norm apart give them, in float64."""
+    torch.manual_seed(0)
+    x, r = (torch.randn(5, 64, dtype=torch.float64, device=device, requires_grad=True) for _ in range(2))
+    w, b = (torch.randn(64, dtype=torch.float64, device=device, requires_grad=True) for _ in range(2))
+    leaves = [x, r, w] + ([b] if name == "layer_norm" else [])
+    for which in (0, 1):
+        ours = _residual_call(name, x, r, w, b, 1)[which].square().sum()
+        theirs = _residual_expression(name, x, r, w, b, 1)[which].square().sum()
+        got = torch.autograd.grad(ours, leaves, allow_unused=True)
+        want = torch.autograd.grad(theirs, leaves, allow_unused=True)
+        for o, e in zip(got, want):
+            assert (o is None and (e is None or not e.any())) or torch.allclose(o, e, rtol=1e-10, atol=1e-12), which
+
+
 def test_residual_form_errors_say_what_to_pass():
     x = torch.randn(3, 8).bfloat16()
     with pytest.raises(TypeError, match=r"residual must have x's dtype \(torch.bfloat16\), or float32 beside"):

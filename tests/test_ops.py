@@ -274,7 +274,7 @@ def test_rms_norm_takes_f_rms_norms_form_or_an_explicit_dim():
     torch.testing.assert_close(normscan.rms_norm(x, dim=1, eps=1e-5), reference.rms_norm(x, 1, 1e-5))
     with pytest.raises(TypeError, match="pass normalized_shape .* or dim= .*; neither was given"):
         normscan.rms_norm(x)
-    with pytest.raises(TypeError, match="; both was given"):
+    with pytest.raises(TypeError, match="; both were given"):
         normscan.rms_norm(x, (6,), dim=-1)
     with pytest.raises(ValueError, match=re.escape("weight must have shape (4, 6) (normalized_shape), got (6,)")):
         normscan.rms_norm(x, (4, 6), w[0])

@@ -92,10 +92,7 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     if dim is not None and normalized_shape is None:
         y = reduce_scale_fast(_RMS_NORM, x, dim, eps, weight)
         return y if y is not None else _RMS_NORM.call(x, dim, eps, weight)
-    if dim is not None or normalized_shape is None:
-        given = "both" if dim is not None else "neither"
-        raise TypeError(f"normscan.rms_norm: pass normalized_shape (x's last dims, as F.rms_norm takes it) or dim= "
-                        f"(one dim of any tensor); {given} was given")
+    _shape_or_dim("rms_norm", normalized_shape, dim)
     # Several last dims as one (a view where they are one run of constant stride).
     checks.check_tensor_type("rms_norm", x)
     shape = checks.normalized_dims("rms_norm", normalized_shape, x)
@@ -129,13 +126,19 @@ def _offset_weight(name: str, x: torch.Tensor, offset: float, weight: torch.Tens
     return weight + offset, bias
 
 
+def _shape_or_dim(name: str, normalized_shape: object, dim: object) -> None:
+    """A norm's normalized_shape or its dim=, exactly one of them: no default picks a dim."""
+    if (normalized_shape is None) == (dim is None):
+        given = "both were" if dim is not None else "neither was"
+        raise TypeError(f"normscan.{name}: pass normalized_shape (x's last dims, as F.{name} takes it) or dim= (one "
+                        f"dim of any tensor); {given} given")
+
+
 def _residual_dims(name: str, x: object, normalized_shape: object, dim: object) -> int:
     """How many last dims of x the residual form normalises: normalized_shape's, or dim= the
     last one."""
     checks.check_tensor_type(name, x)
-    if (normalized_shape is None) == (dim is None):
-        given = "both" if dim is not None else "neither"
-        raise TypeError(f"normscan.{name}: pass normalized_shape (x's last dims) or dim=-1; {given} was given")
+    _shape_or_dim(name, normalized_shape, dim)
     if dim is not None:
         if checks.wrap_dim(name, dim, x.dim()) != max(x.dim() - 1, 0):
             raise ValueError(f"normscan.{name}: the residual form normalises x's last dims; got dim={dim} of x's "
@@ -236,14 +239,9 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None,
     if residual is not None:
         return residual_form.call("layer_norm", x, residual, _residual_dims("layer_norm", x, normalized_shape, dim),
                                   weight, bias, eps)
-    if dim is None:
-        if normalized_shape is None:
-            raise TypeError("normscan.layer_norm: pass normalized_shape (x's last dims, as F.layer_norm takes it) or "
-                            "dim= (one dim of any tensor); neither was given")
+    if dim is None and normalized_shape is not None:
         return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)
-    if normalized_shape is not None:
-        raise TypeError("normscan.layer_norm: pass normalized_shape (x's last dims, as F.layer_norm takes it) or dim= "
-                        "(one dim of any tensor); both were given")
+    _shape_or_dim("layer_norm", normalized_shape, dim)
     # That dim moved last, a view: the kernels read the strided dim where it lies, and y comes
     # back in x's layout.
     dim = checks.wrap_dim("layer_norm", dim, x.dim())

@@ -86,11 +86,14 @@ def _forward(name: str, x, residual, count, weight, bias, eps):
     torch.add(x, residual, out=h)  # rows no kernel holds: the add, then the norm
     w, b = _param_for(flat_w, h), _param_for(flat_b, h)
     h2 = _rows(h, count)
+    # The norm writes y itself where y has h's dtype; else into h's, then y is that cast.
+    out = _rows(y, count) if y.dtype == h.dtype else None
     if spec.row_stats:
-        normed = spec.launch(h2, [h2.shape[-1]], w, b, eps, stats=stats)
+        normed = spec.launch(h2, [h2.shape[-1]], w, b, eps, out=out, stats=stats)
     else:
-        normed = spec.launch(h2, 1, eps, w)  # the dim wrapped, as launch takes it
-    y.view(normed.shape).copy_(normed)
+        normed = spec.launch(h2, 1, eps, w, out=out)  # the dim wrapped, as launch takes it
+    if out is None:
+        y.view(normed.shape).copy_(normed)
     return y, h, stats
 
 
@@ -152,7 +155,7 @@ def _setup(ctx, inputs, output):
     bias, eps = (rest[0], rest[1]) if len(rest) == 2 else (None, rest[0])
     stats = output[2] if len(output) == 3 else None
     ctx.count, ctx.eps, ctx.x_dtype = count, eps, x.dtype
-    ctx.has_weight, ctx.has_bias = weight is not None, bias is not None
+    ctx.set_materialize_grads(False)  # an output no loss reaches: None, not a tensor of zeros to add
     ctx.save_for_backward(output[1], weight, bias, stats)
 
 
@@ -161,6 +164,8 @@ def _backward(ctx, dy, dh, *_):
     gradient reaching h; dx and d residual that sum."""
     h, weight, bias, stats = ctx.saved_tensors
     layer = stats is not None
+    if dy is None:  # y reaches no loss: h's gradient alone, the parameters' none
+        return (dh.to(ctx.x_dtype), dh, None, None, None, None)[:6 if layer else 5]
     g = dy if dy.dtype == h.dtype else dy.to(h.dtype)
     w, b = _param_for(weight, h), _param_for(bias, h)
     wants = [ctx.needs_input_grad[3], layer and ctx.needs_input_grad[4]]
