@@ -41,15 +41,16 @@ def _params(name, x):
             torch.randn(shape, generator=gen, dtype=torch.float64) for n in ("weight", "bias") if spec.takes(n)}
 
 
-def _compare(failures, where: str, outputs, grads, expected, expected_grads) -> None:
+def _compare(failures, where: str, outputs, grads, expected, expected_grads, rtol: float = 1e-9) -> None:
     """Each output and gradient (DTensors; a gradient may be None where the expected one is)
-    against the single process's, in float64."""
+    against the single process's, in float64 (`rtol` for another dtype: the gradients' sums
+    over rows are added in another order)."""
     for ours, theirs in zip(outputs, expected):
-        if not torch.allclose(ours.full_tensor(), theirs, rtol=1e-10, atol=1e-12):
+        if not torch.allclose(ours.full_tensor(), theirs, rtol=rtol / 10, atol=rtol / 100):
             failures.append(f"{where}: y differs")
     for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
-        if (ours is None) != (theirs is None) or (
-                theirs is not None and not torch.allclose(ours.full_tensor(), theirs, rtol=1e-9, atol=1e-11)):
+        if (ours is None) != (theirs is None) or (theirs is not None and (
+                ours.dtype != theirs.dtype or not torch.allclose(ours.full_tensor(), theirs, rtol=rtol, atol=rtol / 100))):
             failures.append(f"{where}: gradient {i} differs")
 
 
@@ -212,6 +213,19 @@ def _residual_worker(rank: int, world: int, port: int, failures) -> None:
                                                                        distribute_tensor(gh, mesh, h.placements)],
                                             allow_unused=True)
                 _compare(failures, where, [y, h], grads, expected, expected_grads)
+            # A 16-bit x beside a float32 residual and parameters: dx (bfloat16) and d residual
+            # (float32) are then two gradients.
+            leaves = [t.to(dt).requires_grad_() for t, dt in zip((x, r, w, b), (torch.bfloat16,) + (torch.float32,) * 3)]
+            expected = form(*leaves)
+            grads_out = [gy.bfloat16(), gh.float()]
+            expected_grads = torch.autograd.grad(expected, leaves, grads_out, allow_unused=True)
+            dx, dr = (distribute_tensor(t.detach(), mesh, [Shard(0)]).requires_grad_() for t in leaves[:2])
+            dw, db = (distribute_tensor(t.detach(), mesh, [Replicate()]).requires_grad_() for t in leaves[2:])
+            y, h = form(dx, dr, dw, db)
+            grads = torch.autograd.grad([y, h], [dx, dr, dw, db], [distribute_tensor(t, mesh, [Shard(0)]) for t in grads_out],
+                                        allow_unused=True)
+            _compare(failures, f"{name} residual, bfloat16 x, float32 residual", [y, h], grads, expected,
+                     expected_grads, rtol=1e-2)
     finally:
         dist.destroy_process_group()
 

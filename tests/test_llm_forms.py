@@ -351,14 +351,20 @@ def test_residual_form_against_float64(name, shape, dtypes, device):
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("hidden", [2048, 8192, 32768])
 def test_residual_form_is_batch_invariant(name, hidden):
-    """A row's y and h bitwise the same alone and among 300 others."""
+    """A row's y and h, and its dx and d residual, bitwise the same alone and among 300 others."""
     torch.manual_seed(0)
     x = torch.randn(301, hidden, device="cuda").bfloat16()
     r = torch.randn(301, hidden, device="cuda")
     w = torch.randn(hidden, device="cuda")
-    many = _residual_call(name, x, r, w, torch.zeros_like(w), 1)
+    gy, gh = torch.randn(301, hidden, device="cuda").bfloat16(), torch.randn(301, hidden, device="cuda")
+
+    def call(rows):
+        xs, rs = (t[rows].requires_grad_() for t in (x, r))
+        y, h = _residual_call(name, xs, rs, w, torch.zeros_like(w), 1)
+        return [y, h, *torch.autograd.grad([y, h], [xs, rs], [gy[rows], gh[rows]])]
+    many = call(slice(None))
     for row in (0, 150, 300):
-        one = _residual_call(name, x[row:row + 1], r[row:row + 1], w, torch.zeros_like(w), 1)
+        one = call(slice(row, row + 1))
         assert all(torch.equal(a[row:row + 1], b) for a, b in zip(many, one)), row
 
 
@@ -402,6 +408,18 @@ def test_residual_form_gradients_of_one_output(name, device):
         want = torch.autograd.grad(theirs, leaves, allow_unused=True)
         for o, e in zip(got, want):
             assert (o is None and (e is None or not e.any())) or torch.allclose(o, e, rtol=1e-10, atol=1e-12), which
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_residual_form_gradcheck(name, device):
+    """gradcheck in float64 (its check of outputs no loss reaches included), x, the residual and
+    the parameters."""
+    torch.manual_seed(0)
+    leaves = [torch.randn(3, 2, 8, dtype=torch.float64, device=device, requires_grad=True) for _ in range(2)]
+    leaves += [torch.randn(2, 8, dtype=torch.float64, device=device, requires_grad=True)
+               for _ in range(2 if name == "layer_norm" else 1)]
+    assert torch.autograd.gradcheck(lambda x, r, w, b=None: _residual_call(name, x, r, w, b, 2), leaves)
 
 
 def test_residual_form_errors_say_what_to_pass():

@@ -164,8 +164,8 @@ def _backward(ctx, dy, dh, *_):
     gradient reaching h; dx and d residual that sum."""
     h, weight, bias, stats = ctx.saved_tensors
     layer = stats is not None
-    if dy is None:  # y reaches no loss: h's gradient alone, the parameters' none
-        return (dh.to(ctx.x_dtype), dh, None, None, None, None)[:6 if layer else 5]
+    if dy is None:  # y reaches no loss: h's gradient alone (if any), the parameters' none
+        return (None if dh is None else dh.to(ctx.x_dtype), dh, None, None, None, None)[:6 if layer else 5]
     g = dy if dy.dtype == h.dtype else dy.to(h.dtype)
     w, b = _param_for(weight, h), _param_for(bias, h)
     wants = [ctx.needs_input_grad[3], layer and ctx.needs_input_grad[4]]
