@@ -172,11 +172,12 @@ class _Summed(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, group):
         import torch.distributed as dist
+        from torch.distributed import _functional_collectives as funcol
 
-        ctx.group = group
-        out = t.clone()
-        dist.all_reduce(out, group=group)
-        return out
+        # The functional all-reduce: torch.compile traces it on every torch we support (an
+        # in-place dist.all_reduce here lost the backward's under torch 2.11's compile).
+        ctx.group = group = dist.group.WORLD if group is None else group
+        return funcol.wait_tensor(funcol.all_reduce(t, "sum", group))
 
     @staticmethod
     def backward(ctx, grad):

@@ -171,14 +171,15 @@ def _backward(ctx, dy, dh, *_):
     wants = [ctx.needs_input_grad[3], layer and ctx.needs_input_grad[4]]
     param_grads = any(wants)
     shape = list(h.shape[h.dim() - ctx.count:])
-    h2, g2 = _rows(h, ctx.count), _rows(g, ctx.count)
+    # Over h's dims as they are where the op takes them so: a DTensor's rows sharded on a dim
+    # other than the first may not be flattened.
     if layer:
-        grads = torch.ops.normscan.layer_norm_backward(g2, h2, [h2.shape[-1]], None if w is None else w.reshape(-1),
-                                                       None if b is None else b.reshape(-1), ctx.eps, stats,
-                                                       param_grads)
-    else:
-        grads = torch.ops.normscan.rms_norm_backward(g2, h2, -1, ctx.eps, None if w is None else w.reshape(-1),
-                                                     param_grads)
+        grads = torch.ops.normscan.layer_norm_backward(g, h, shape, w, b, ctx.eps, stats, param_grads)
+    elif ctx.count == 1:
+        grads = torch.ops.normscan.rms_norm_backward(g, h, -1, ctx.eps, w, param_grads)
+    else:  # rms_norm reduces one dim: its normalized dims as one
+        grads = torch.ops.normscan.rms_norm_backward(_rows(g, ctx.count), _rows(h, ctx.count), -1, ctx.eps,
+                                                     None if w is None else w.reshape(-1), param_grads)
     dh_total = grads[0].view(h.shape)
     if dh is not None:
         dh_total = dh_total + dh
