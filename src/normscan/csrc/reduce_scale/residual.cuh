@@ -52,10 +52,11 @@ template <typename A> __device__ __forceinline__ A block_sum_in_order(A v, A* sc
   return total;
 }
 
-// K vectors a thread (2 or 4), up to 1024 threads a block: h of K vectors of a float32 residual
-// beside 16-bit x fits the 64 registers a thread that leaves (K = 16 spilled at 128).
+// K vectors a thread (2, 4 or 8), up to 512 threads a block: two blocks of a row each an SM,
+// so that one row's loads overlap another's reductions; h of 8 vectors of a float32 residual
+// beside 16-bit x fits the 128 registers a thread that leaves (K = 16 spilled).
 template <typename T, typename R, typename P, typename Op, int K>
-__global__ void __launch_bounds__(1024) residual_norm_rows_kernel(ResidualArgs<T, R, P> a) {
+__global__ void __launch_bounds__(512) residual_norm_rows_kernel(ResidualArgs<T, R, P> a) {
   using A = acc_t<T>;
   constexpr int V = vec16<T>();
   static_assert(std::is_same<A, acc_t<R>>::value, "the residual accumulates as x does");
@@ -134,10 +135,11 @@ __global__ void __launch_bounds__(1024) residual_norm_rows_kernel(ResidualArgs<T
   }
 }
 
-// The vectors a thread holds for a row of `nvec` vectors (2, or 4 beyond 2048: rows of up to
-// 4096 vectors, 32768 16-bit elements), and the block's threads; {0, 0} where no kernel holds it.
+// The vectors a thread holds for a row of `nvec` vectors (2 up to 1024, 4 up to 2048, 8 up to
+// 4096: rows of up to 32768 16-bit elements), and the block's threads; {0, 0} where no kernel
+// holds it.
 template <int V> inline int2 residual_shape(int64_t nvec) {
-  const int k = nvec <= 2048 ? 2 : 4;
+  const int k = nvec <= 1024 ? 2 : nvec <= 2048 ? 4 : 8;
   if (nvec > 4096) return make_int2(0, 0);
   const int64_t threads = (ceil_div(nvec, k) + 31) / 32 * 32;
   return make_int2(k, static_cast<int>(threads < 32 ? 32 : threads));
@@ -157,6 +159,7 @@ inline cudaError_t launch_residual_norm_rows(const ResidualArgs<T, R, P>& a, cud
   switch (shape.x) {
     case 2: residual_norm_rows_kernel<T, R, P, Op, 2><<<grid, shape.y, 0, stream>>>(a); break;
     case 4: residual_norm_rows_kernel<T, R, P, Op, 4><<<grid, shape.y, 0, stream>>>(a); break;
+    case 8: residual_norm_rows_kernel<T, R, P, Op, 8><<<grid, shape.y, 0, stream>>>(a); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
