@@ -46,7 +46,7 @@ def _compare(failures, where: str, outputs, grads, expected, expected_grads, rto
     against the single process's, in float64 (`rtol` for another dtype: the gradients' sums
     over rows are added in another order)."""
     for ours, theirs in zip(outputs, expected):
-        if not torch.allclose(ours.full_tensor(), theirs, rtol=rtol / 10, atol=rtol / 100):
+        if not torch.allclose(ours.full_tensor(), theirs, rtol=rtol / 10, atol=rtol / 1000):
             failures.append(f"{where}: y differs")
     for i, (ours, theirs) in enumerate(zip(grads, expected_grads)):
         if (ours is None) != (theirs is None) or (theirs is not None and (

@@ -278,8 +278,9 @@ def test_timm_layer_norm_2d_recipe(device):
 
 
 # ------------------------------------------------------------------------- fused residual add
-# Rows the one-pass kernel holds (whole 16-byte vectors: 2 a thread up to 2048 of them, 4 up
-# to 4096), and rows it does not (odd, longer), which add and normalise apart.
+# Rows the one-pass kernel holds (whole 16-byte vectors: 2 a thread up to 1024 of them, 4 up
+# to 2048, 8 up to 4096: each bound reached in bf16 and float32), and rows it does not (odd,
+# longer), which add and normalise apart.
 RESIDUAL_SHAPES = [(64, 2048), (9, 4096), (5, 8192), (4, 16384), (3, 32768), (2, 65536), (7, 1001), (2, 5, 8)]
 RESIDUAL_DTYPES = [(torch.float64, torch.float64, torch.float64), (torch.float32, torch.float32, torch.float32),
                    (torch.bfloat16, torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32, torch.float32),
