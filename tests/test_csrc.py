@@ -33,8 +33,8 @@ def test_cuda_op_lists_are_the_registrys():
 
 # What a TORCH_CHECK message may stream: string literals, numbers through binding.cuh's num,
 # a choice of two literals, and these strings. A number streamed itself (c10::str ->
-# ostream::_M_insert<long>) crashed the process on the device's toolchain (docs/archive/NOTES.md), once in
-# 2026-11 and again on 2026-11-28 in a new check of the stats' alignment.
+# ostream::_M_insert<long>) crashed the process on the device's toolchain, twice
+# (docs/design-notes.md, "Numbers in check messages").
 _LITERAL = r'(?:"(?:[^"\\]|\\.)*"\s*)+'
 _MESSAGE_ARG = re.compile(rf"{_LITERAL}|num\(.*\)|[^?]+\?\s*{_LITERAL}:\s*{_LITERAL}|what|name|cudaGetErrorString\(err\)",
                           re.S)
@@ -111,7 +111,7 @@ def spilling_kernels(report: str) -> list[str]:
 
 
 # Kernels that store each 16-byte vector with one store (nvcc 13.0 split a Vec's assignment
-# there into 2-, 4- and 8-byte stores: docs/archive/NOTES.md, "Vectors stored whole"), checked in their
+# there into 2-, 4- and 8-byte stores: docs/design-notes.md, "Vectors stored whole"), checked in their
 # extension's sm_90 PTX by its compile check: the fp32 row scan (KernelBench 89-92), and
 # group_norm's held rows (34, 35, long rows) and channel rows (33); with the fewest kernels
 # each check finds (in fp32, bf16 or fp16): three fp32 row scans; the held, split-held and
@@ -139,7 +139,7 @@ def assert_vectors_stored_whole(ptx: str, kernels: list[str], op: str, fewest: i
 def test_extension_compiles_for_sm80_and_sm90_without_spills(extension, tmp_path):
     """Device code only (--fatbin): each arch's pass parses the whole source, host code and the
     dispatchers' templates too (the kernels they launch are what it instantiates), but the
-    host compiler's pass over the result is left out, a third of the check's time (docs/archive/NOTES.md,
+    host compiler's pass over the result is left out, a third of the check's time (docs/design-notes.md,
     "Building"); test_build.py's load_inline build and kernel_bench.cu's check take that pass.
     The STORED_WHOLE kernels' stores are checked in the sm_90 PTX this build keeps."""
     src = tmp_path / f"{extension}.cu"

@@ -71,7 +71,39 @@ def test_every_python_block_of_the_docs_runs(path):
 
 
 def test_the_docs_link_to_files_that_exist():
-    """README and the present docs (the archive names files of its time, in the git history)."""
-    for path in [p for p in DOCS if "archive" not in p.parts]:
+    for path in DOCS:
         for target in re.findall(r"\]\(([^)#:]+)\)", path.read_text()):
             assert (path.parent / target).exists(), (path.name, target)
+
+
+def _cited(text: str) -> list[tuple[str, str]]:
+    """(document, section) of each citation in a source's comments: `docs/x.md, "Section"`,
+    `docs/x.md "Section"` or `docs/tuning-record.md, reduce_scale-4` (section '' where none
+    is named), the comment markers of a citation broken across lines dropped."""
+    flat = re.sub(r"\n\s*(?://|#)?\s*", " ", text)
+    return re.findall(r'(docs/[\w.-]+\.md)(?:,?\s+"([^"]+)"|,\s+((?:reduce_scale|scan)-[\w-]+))?', flat)
+
+
+def test_the_code_cites_documents_and_sections_that_exist():
+    """Every docs/ file a source names exists, and so does each section it names (a heading
+    of that document); a citation whose section was renamed or dropped fails."""
+    sources = [*SOURCES, *(ROOT / "src").rglob("*.cu*"), *(ROOT / "src").rglob("*.h")]
+    seen = 0
+    for path in sources:
+        if path.is_dir() or path.name == "test_docs.py":
+            continue
+        for doc, section, label in [(d, s, l) for d, s, l in _cited(path.read_text())]:
+            target = ROOT / doc
+            assert target.exists(), (path.name, doc)
+            headings = re.findall(r"^#+ (.*)$", target.read_text(), re.M)
+            name = section or label
+            if name:
+                seen += 1
+                assert any(h == name or h.startswith(name + ":") for h in headings), (path.name, doc, name)
+    assert seen > 20  # the scan found them
+
+
+def test_the_citation_scanner_can_fail():
+    text = '// (docs/design-notes.md, "Row\n  // kernels") and docs/tuning-record.md, scan-3.\n# docs/x.md "A b"'
+    assert _cited(text) == [("docs/design-notes.md", "Row kernels", ""), ("docs/tuning-record.md", "", "scan-3"),
+                            ("docs/x.md", "A b", "")]

@@ -1,4 +1,4 @@
-"""A bench.json as the markdown table docs/archive/BENCHMARKS.md shows, with the run's device line.
+"""A bench.json as a markdown table (docs/performance.md's), with the run's device line.
 
     python tools/bench_markdown.py benchmarks/h100/kernelbench-282a250.json
 """

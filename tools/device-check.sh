@@ -10,7 +10,7 @@
 #   10-minute device call; -v, so that a log cut off at a call's limit names each test that
 #   ran); cases: the float64 cases alone; export: test_export.py alone (every exported file
 #   built side by side, then each against its Model at full size, one at a time: with the
-#   other tests they ran past a call's limit on the H200, 2026-11-28 and 2026-12-01);
+#   other tests they ran past a call's limit on the H200);
 #   huge: the >2**31-element cases (tens of GB of device memory:
 #   they fit an 80 GB H100); training: `bench --training` (backward
 #   and forward+backward beside the peers that are installed); models: tools/model_step.py (a
@@ -29,9 +29,8 @@
 #   coverage: the steps tests and cases together under tools/kernel_coverage.py's profiler
 #   (but the one test that takes the profiler itself), then its report: which kernels of the
 #   builds no test launched ($dir/coverage/never-launched.txt, coverage.txt by template).
-# Seen on an H100: every op's build side by side ~60 s, cases 17 s, sanitize ~4.5 min (1210 cases a tool then; 2971 now), bench
-# and the two sweeps with the peers ~4 min together, their install included (2026-11-25);
-# huge 3 min (2026-11-26).
+# Seen on an H100: every op's build side by side ~140 s, tests ~13 min (two calls), cases 17 s,
+# sanitize over 5 min, bench and the two sweeps with the peers ~4 min together, huge 3 min.
 set -uo pipefail
 if [ $# -lt 1 ]; then echo "usage: $0 OUTDIR [steps...]" >&2; exit 2; fi
 dir=$1

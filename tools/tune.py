@@ -19,7 +19,7 @@ with the device copy rate alongside, in NORMSCAN_TUNE_ROUNDS rounds (default 3) 
 noise any difference between variants must exceed.
 
 Only the ops the entries time are built (normscan builds each op's kernels apart), and with
-NORMSCAN_TUNE_CASES those are few: one op's build is a fraction of a family's (docs/archive/NOTES.md,
+NORMSCAN_TUNE_CASES those are few: one op's build is a fraction of a family's (docs/design-notes.md,
 "Building").
 """
 

@@ -10,7 +10,7 @@ that is what gets timed); median of --repeat.
     python tools/views_time.py --op rms_norm --shapes 8,1048576,8,4 --step     (x[..., ::full // inner])
 
 Another tree's kernels, for a before/after: PYTHONPATH=that/src NORMSCAN_CACHE_DIR=another
-python tools/views_time.py ... --no-compile. docs/archive/BENCHMARKS.md's view tables were made this way.
+python tools/views_time.py ... --no-compile.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is fir
 under ``cache_dir()`` in a folder named by the extension, the op and a hash of the sources,
 the flags and the toolchain: a change to any of them builds anew, nothing else does. So a
 first call builds only what it uses: on one core one op's kernels took under a minute,
-reduce_scale's seven three (docs/archive/NOTES.md, "Building"). Concurrent builds serialise on an
+reduce_scale's seven three (docs/design-notes.md, "Building"). Concurrent builds serialise on an
 ``flock`` (the kernel drops it when a process dies, so a killed build never leaves a lock
 behind); a build happens in a private folder that is renamed into place only once complete.
 """
@@ -151,8 +151,8 @@ def module_source(extension: str) -> str:
     others through pybind11, with torch's error translation as load_inline's own would."""
     binds = [f'normscan::fastcall::add<{f}>(m, "{f}");' if f.endswith("_contiguous") else
              f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in extension_entries(extension)]
-    # torch's pybind11 casters and error translation, not all of torch/extension.h: main.cpp
-    # compiled in 24.7 s instead of 44.0 on one core (docs/archive/NOTES.md, "Building").
+    # torch's pybind11 casters and error translation, not all of torch/extension.h, which
+    # nearly doubled main.cpp's compile (docs/design-notes.md, "Building").
     includes = ["#include <torch/csrc/Exceptions.h>", "#include <torch/csrc/utils/pybind.h>"]
     return "\n".join([*includes, expand_source(ENTRIES), expand_source(FASTCALL),
                       "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {", *binds, "}"])
@@ -314,7 +314,7 @@ def load(extension: str, op: int) -> ModuleType:
 def load_all(builds: list[tuple[str, int]]) -> list[ModuleType]:
     """The (extension, op) builds, loaded; those not yet in the cache built at once, each by a
     process of its own (its progress and any compiler output on this process's stderr): a
-    build is mostly one single-threaded compiler process (docs/archive/NOTES.md, "Building"), so side by
+    build is mostly one single-threaded compiler process (docs/design-notes.md, "Building"), so side by
     side they take about the longest one's time, not the sum. Raises BuildError if one fails."""
     if torch.cuda.is_available() and arch() >= MIN_CAPABILITY:  # else load() says what is missing
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))

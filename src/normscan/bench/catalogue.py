@@ -29,8 +29,8 @@ WEIGHTED_ROW_SHAPES = [(32768, 4096), (8192, 16384), (65536, 1024)]
 CHANNEL_SHAPES = [(16, 256, 128, 128), (8, 1024, 64, 64), (112, 3, 512, 512), (32, 64, 256, 256)]
 # A dim with few columns beside it (a (batch, time, features) tensor with few features), for
 # the ops over a dim (fp32): the scans' 32 MB slab shapes, 128 MB of 4 columns, many short
-# slabs, and columns that are not a power of two (docs/archive/NOTES.md, "Reduce-scale over a dim with few
-# columns beside it").
+# slabs, and columns that are not a power of two (docs/design-notes.md, "Channels and split
+# rows").
 FEW_COLUMN_SHAPES = [(1024, 4096, 2), (256, 4096, 8), (16, 32768, 32), (8, 16384, 64), (1, 4194304, 2),
                      (8, 1 << 20, 4), (4096, 256, 4), (1, 4194304, 3), (256, 4096, 12), (64, 4096, 96)]
 # Long rows along the last dim (issue #22, where QuACK was ahead): the norms over one dim,

@@ -38,11 +38,11 @@ FLUSH_BYTES = 256 << 20
 # Reads of the flush buffer queued before the start event (~0.7 ms of DRAM-bound work): the
 # host has queued the timed call before the GPU reaches the event, unless its launch path
 # takes longer than that (one read left torch.compile's launch path inside the events in
-# some rounds; the 8 reads do not slow our kernels: docs/archive/NOTES.md).
+# some rounds; the 8 reads do not slow our kernels: docs/design-notes.md, "Timing").
 FLUSH_READS = 8
 # The same before each timed backward: autograd's path to a backward op took 0.13-1 ms of host
-# time a call, and rounds of ours whose calls took more than the lead measured the host (bf16
-# rms_norm + w 8192x8192: 2.716 ms a call in one round, 0.146 in the next; docs/archive/NOTES.md "Backward").
+# time a call, and rounds of ours whose calls took more than the lead measured the host
+# (docs/design-notes.md, "Timing").
 TRAINING_FLUSH_READS = 48
 
 

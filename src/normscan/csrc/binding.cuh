@@ -6,7 +6,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/cuda/EmptyTensor.h>  // not ATen/ops/empty.h: 11.3 s of each build's parse (docs/archive/NOTES.md)
+#include <ATen/cuda/EmptyTensor.h>  // not ATen/ops/empty.h, seconds of each build's parse (docs/design-notes.md)
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -44,7 +44,7 @@ template <typename T> T* mutable_data(at::Tensor& t) { return static_cast<T*>(t.
 
 // Numbers in messages go through std::to_string: streaming an int64_t through c10::str
 // (ostream::_M_insert<long>, instantiated in the extension) crashed in libstdc++'s locale
-// code on the H100 machine's toolchain (docs/archive/NOTES.md); strings stream fine.
+// code on the device's toolchain (docs/design-notes.md); strings stream fine.
 inline std::string num(int64_t v) { return std::to_string(v); }
 
 inline void check_cuda(cudaError_t err, const char* what) {
@@ -132,7 +132,7 @@ inline View checked_view(const at::Tensor& x, const at::Tensor& y, at::IntArrayR
 
 #ifndef NORMSCAN_FLOAT32_ONLY  // the fast path's; the exported files bind their family's entry alone
 // A new contiguous tensor of x's shape, dtype and device: at::detail::empty_cuda, which skips
-// the dispatcher, took 3 us less host time a call than at::empty_like (docs/archive/NOTES.md).
+// the dispatcher, takes less host time a call than at::empty_like (docs/design-notes.md).
 inline at::Tensor empty_contiguous_like(const at::Tensor& x) {
   return at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), std::nullopt);
 }

@@ -1,7 +1,6 @@
 // The fast path's entries (<family>_contiguous, csrc/entries.h) as CPython METH_FASTCALL
-// functions: a pybind11 call of one took ~3 us of host time before the entry ran, and with
-// this softmax's, cumsum's and cumprod's eager calls went from 0.67-0.74x of PyTorch's to
-// level (docs/archive/NOTES.md, "Host time a call"). Host code, compiled with the module's definition
+// functions: a pybind11 call took more host time than the entry itself (docs/design-notes.md,
+// "Host time a call"). Host code, compiled with the module's definition
 // (normscan/_build.py, module_source).
 #pragma once
 

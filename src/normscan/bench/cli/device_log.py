@@ -1,7 +1,7 @@
 """What the GPU's clocks, power and temperature were while the bench ran (nvidia-smi).
 
 The same kernels have timed up to 3% apart on different H100s of one model, while on one
-machine they repeat within 0.5% (docs/archive/NOTES.md). Each record names its GPU (uuid) and the
+machine they repeat within 0.5% (docs/design-notes.md, "Timing"). Each record names its GPU (uuid) and the
 clocks and clock limits its run saw: whether a slow run had its clocks cut, and which runs
 shared a GPU. (On the one slow machine seen so far the clocks were not the cause: 1980
 MHz, no limits.)

@@ -69,8 +69,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 }
 // Waits until the phase of the given parity (0 for the first, then 1, 0, ...) completes:
 // PROBE (a test_wait or try_wait of bar, parity) until it says so. sm_90's try_wait lets the
-// thread sleep a while inside each probe (1% faster than test_wait on the look-back scan:
-// docs/archive/NOTES.md).
+// thread sleep a while inside each probe (faster than test_wait on the look-back scan:
+// docs/design-notes.md, "Cluster exchanges").
 #define NORMSCAN_MBARRIER_SPIN(PROBE)                                                       \
   asm volatile("{\n\t.reg .pred done;\n"                                                  \
                "WAIT:\n\t" PROBE " done, [%0], %1;\n\t"                                    \
@@ -123,7 +123,7 @@ template <int I, int W> __device__ __forceinline__ void st_async_words(unsigned 
 // them; slot aligned to 16 bytes or to v's size) and completes its bytes on that block's
 // `bar`: the barrier's phase makes the store visible to whoever waits there, and the store
 // waits on none of this thread's earlier ones (an arrival that released them waited for its
-// stores to global memory to land: docs/archive/NOTES.md "Cluster exchanges").
+// stores to global memory to land: docs/design-notes.md "Cluster exchanges").
 template <typename A> __device__ __forceinline__ void st_async(A* slot, uint64_t* bar, int rank, const A& v) {
   static_assert(sizeof(A) % 4 == 0, "whole 4-byte words");
   unsigned words[sizeof(A) / 4];

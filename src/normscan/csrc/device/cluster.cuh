@@ -64,7 +64,7 @@ __device__ __forceinline__ A cluster_sum(A v, A* slot, int csize) {
 // each block's first warp stores the block's value (every thread has it) into the block's
 // slot in block r, completing its bytes on r's barrier (st_async: no fence, so the value does
 // not wait for the block's earlier stores to global memory, as a released arrival did:
-// docs/archive/NOTES.md "Cluster exchanges"); a block waits only for its own barrier (every value in) and
+// docs/design-notes.md "Cluster exchanges"); a block waits only for its own barrier (every value in) and
 // each warp combines the slots as cluster_reduce does, the same on every block. ROUNDS
 // rounds' slots take turns. reduce() posts a round and takes it: no block can be two rounds
 // ahead of another, since a round needs every block's value, given before that block reads

@@ -72,7 +72,7 @@ inline cudaError_t resident_blocks(Kernel kernel, int threads, size_t smem, int6
 // How a grid covers its work units (each unit is one cluster of blocks; kernels loop over
 // units with a grid stride, so both cover any count):
 //   PerUnit: one cluster per unit, up to the grid limit; the hardware starts a unit as soon
-//            as one finishes (2-6% faster than Persistent on row and scan kernels: docs/archive/NOTES.md).
+//            as one finishes (faster than Persistent on row and scan kernels: docs/design-notes.md).
 //   Persistent: no more clusters than are resident at once; for kernels that fetch their
 //            next unit while working on this one.
 //   Cooperative: Persistent, launched cooperatively (every block resident at once, or the

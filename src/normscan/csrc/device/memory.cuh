@@ -42,7 +42,7 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
 // One 16-byte store of a 16-byte vector whatever built it (other vectors as store_vec does):
 // a Vec whose elements were computed or permuted apart was stored in 2-, 4- and 8-byte
 // pieces (a reverse scan's flip, the row scans' and the held and channel rows' scaling;
-// nvcc 13.0's PTX, docs/archive/NOTES.md "Vectors stored whole"). L2_LAST as store_vec's (one store too).
+// nvcc 13.0's PTX, docs/design-notes.md "Vectors stored whole"). L2_LAST as store_vec's (one store too).
 template <typename T, int N, bool L2_LAST = false>
 __device__ __forceinline__ void store_vec_whole(T* p, const Vec<T, N>& v) {
   if constexpr (L2_LAST) {

@@ -69,14 +69,15 @@ struct BackwardRowsConfig {
     return (stages<T>() > 1 || IN_SMEM) && sizeof(T) * V == 16;
   }
   // The weight kept in shared memory past the stages (its registers spilled beside the
-  // long rows' dw: docs/archive/NOTES.md); not a float32 weight P beside 16-bit rows (weight_held).
+  // long rows' dw: docs/design-notes.md, "Backward"); not a float32 weight P beside 16-bit rows
+  // (weight_held).
   template <typename T, int V, bool WEIGHTED, typename P = T> static __host__ __device__ constexpr bool weight_in_smem() {
     return WEIGHTED && IN_SMEM && staged<T, V>() && sizeof(P) == sizeof(T);
   }
   // A kRowStats op's statistics of a row copied into its stage with it, a copy a thread, where
   // a cluster holds the row: loaded after the row's copies landed, they put an L2-cold load in
-  // each row's path there; staged in blocks of a row or less, they cost 2-5% (docs/archive/NOTES.md, "The
-  // statistics staged with their row").
+  // each row's path there; staged in blocks of a row or less, they cost 2-5%
+  // (docs/design-notes.md, "Backward").
   template <typename T, int V, bool ROW_STATS> static __host__ __device__ constexpr bool stats_staged() {
     return ROW_STATS && CLUSTER && staged<T, V>();
   }
@@ -415,7 +416,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
 
 // dw from dw_part's first `length` columns ([slots][stride]): each column's slots added in
 // fp64 and written in the weight's dtype, one launch (in fp32, the slots of 1000 rows of 37
-// erred up to 2x PyTorch's own error: docs/archive/NOTES.md). A block takes COLS columns at a time, LANES
+// erred up to 2x PyTorch's own error: docs/design-notes.md). A block takes COLS columns at a time, LANES
 // threads a column, each adding every LANES-th slot in order, then the lanes in order: the
 // same partial sums give the same bits.
 template <typename T, int COLS, int LANES>

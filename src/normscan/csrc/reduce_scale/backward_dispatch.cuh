@@ -58,10 +58,8 @@ namespace normscan {
 // (which the max-shifted ops take past a block, layer_norm past its widest: below). A
 // weighted op's: a persistent grid (its dw summed per block), the next rows staged. An
 // unweighted op's: a block (cluster) a row group, loaded straight into registers, twice the
-// resident threads (tools/tune.py, H100: fp32 l2_normalize 32768x4096 0.542 -> 0.517 ms,
-// softmax 8192x32768 1.262 -> 1.187, bf16 softmax 32768x4096 0.283 -> 0.261); but the
-// max-shifted ops' rows of a block, which measured slower so (fp32 softmax 32768x4096 0.540
-// -> 0.555, and 0.540 -> 0.548 with each exp computed once: docs/archive/NOTES.md). A centered op
+// resident threads; but the max-shifted ops' rows of a block, which measured slower so
+// (docs/design-notes.md, "Backward"). A centered op
 // (layer_norm) carries its bias's gradient too: its kernels spilled at 64 registers (a block
 // a row group, when they also found the row's mean): they take the persistent grid, whose
 // staged rows they read from shared memory (backward.cuh), on blocks (clusters) of 256
@@ -96,9 +94,8 @@ template <typename... Cfgs> struct BackwardRungs {};
 // next row is not on its way) and a weighted op's weight there too: up to 8 blocks of 128 KB
 // (192 KB with the weight), one a SM; the max-shifted ops', whose rows take two reductions
 // each, up to 16 blocks of 64 KB, two a SM. The max-shifted ops take it for every row past
-// a block, layer_norm past its widest block (H100, fp32 8192x32768: softmax 1.190 -> 1.135
-// ms, layer_norm + w 1.335 -> 1.156), the other norms only past the register clusters
-// (rms_norm + w fp32 1024x65536 0.320 -> 0.332 on it): docs/archive/NOTES.md, "The backward's long rows".
+// a block, layer_norm past its widest block, the other norms only past the register
+// clusters (docs/design-notes.md, "Backward").
 template <int BLOCK, int CLUSTER, int NV = NORMSCAN_BACKWARD_LONG_VECS>
 using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NV, 512 / BLOCK, 1, true, true, true, CLUSTER>;
 template <bool SHIFTED>

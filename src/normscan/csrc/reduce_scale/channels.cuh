@@ -7,7 +7,7 @@
 // shared memory as they are summed and scaled from there (read once); the rest are summed
 // from DRAM and re-read to be scaled. The rest of the next statistic is summed before this
 // one's wait, which it hides; its held tiles are copied once this one's have been scaled
-// (interleaving the copies with the stores measured slower: docs/archive/NOTES.md).
+// (interleaving the copies with the stores measured slower: docs/design-notes.md).
 // Tile q of a statistic: BLOCK vectors of row q / row_tiles of it; block b takes tiles b,
 // b + blocks, b + 2 blocks, ... (the blocks at work read neighbouring tiles).
 #pragma once

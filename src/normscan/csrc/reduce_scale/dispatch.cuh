@@ -50,8 +50,7 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
   const int64_t budget = NORMSCAN_GROUP_REREAD_L2_PERCENT * d.l2_bytes / 100;
   // The smallest cluster whose blocks fill the GPU and whose resident blocks' shares of their
   // statistics fit the bound; where one block a statistic fills it, 16-bit ones alone take a
-  // cluster to fit (fp32 batch_norm (16, 256, 128, 128) took 0.279 ms on clusters of 8, 0.257
-  // on the split kernels; bf16 0.166 against 0.204: H200, docs/archive/NOTES.md).
+  // cluster to fit (docs/design-notes.md, "Channels and split rows").
   const int max_cluster = d.major < 9 ? 1 : groups < resident || sizeof(T) <= 2 ? most_cluster : 1;
   for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
     if (groups * cluster >= resident && budget / ceil_div(bytes, int64_t(cluster)) >= resident) {
@@ -71,7 +70,7 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
 // Statistics shared by rows held in shared memory (reduce_scale_group_reread_kernel's HELD),
 // one a cluster of B-thread blocks: the fewest that hold a statistic's vectors and fill the
 // GPU's resident blocks, where such a cluster can run: *launched tells whether they were.
-// Larger clusters to fill the last round of clusters were slower (docs/archive/NOTES.md).
+// Larger clusters to fill the last round of clusters were slower (docs/design-notes.md).
 // `vectors`: the most whole vectors a statistic has.
 template <typename T, typename Op, int B, int V>
 inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, int64_t vectors,

@@ -16,7 +16,7 @@
 //     is scaled. It pays where rows complete while the block works on others (a row of
 //     fewer parts than blocks); a row of more parts than blocks is complete only once
 //     nearly all buffers hold it, and its parts' latency, which the half-block groups
-//     lengthen, is what counts (docs/archive/NOTES.md, "Rows held across the GPU").
+//     lengthen, is what counts (docs/design-notes.md, "Rows held across the GPU").
 // Every part's statistics are merged in part order: every block, and every run, gets the
 // same bits.
 #pragma once

@@ -251,8 +251,8 @@ struct RowSplitting {
 };
 template <int BLOCK> constexpr int64_t kRereadTile = int64_t(BLOCK) * kRereadUnroll;  // vectors
 // The split summing kernel's vectors in flight per thread, and so its tiles: its pass only
-// reads, and twice the loads a trip took KernelBench 37 from 7.382 to 7.360 ms (H100,
-// tools/tune.py, docs/archive/NOTES.md "The split summing kernel's loads").
+// reads, and twice the loads a trip reach the read rate (docs/design-notes.md, "Channels and
+// split rows").
 #ifndef NORMSCAN_SPLIT_SUM_UNROLL
 #define NORMSCAN_SPLIT_SUM_UNROLL 8
 #endif

@@ -14,7 +14,7 @@
 // W_AHEAD: short weighted rows load their weight with x, so the scaling waits on no load.
 // L2_LAST: unclustered kernels (and clustered fp32 ones of ops without a weight: l2, l1 and
 // the softmaxes) load x and store y under an L2 evict_last policy, as torch.compile loads x
-// (measured faster, and the reads after no slower: docs/archive/NOTES.md).
+// (docs/design-notes.md, "Row kernels").
 #pragma once
 
 #include <type_traits>
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
   const WarpPlace me = WarpPlace::of_thread();
   // Unclustered kernels of ops without a weight carry no weight code, and skip the edge
   // loops of aligned rows under one branch. The clustered kernel keeps both: its schedule
-  // at 64 registers moves with any change (docs/archive/NOTES.md).
+  // at 64 registers moves with any change (docs/design-notes.md, "Row kernels").
   const P* const w = (Op::kWeighted || CLUSTER) ? a.w : nullptr;
   const P* const b = Op::kBiased ? a.b : nullptr;
 #ifdef NORMSCAN_CLUSTERS  // sm_90, where they were measured; on sm_80 one-warp 16-bit rows spill with them
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
             const A first = has(cur, 0) ? Convert<T>::to_acc(buf[0].v[0]) - pilot : A(0);
             // d about the thread's first value itself, one subtraction an element: two 16-bit
             // values' difference is exact in fp32 (unless over 2**13 apart in fp16, 2**16 in
-            // bf16), so d is (x - pilot) - first (tools/tune.py, H200: docs/archive/NOTES.md).
+            // bf16), so d is (x - pilot) - first (docs/design-notes.md, "Row kernels").
             const A center = pilot + first;
             const auto moment = [&](A v) {
               const A d = v - center;
@@ -254,8 +254,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
           } else {
             // The mean first, then the squared deviations from it (exact, two passes). IN_PLACE:
             // the held values less the pilot first, in place (u = x - pilot), so that these
-            // passes and y take one subtraction an element fewer (fp32 rows of 4096 1% faster,
-            // tools/tune.py, H200: docs/archive/NOTES.md).
+            // passes and y take one subtraction an element fewer (docs/design-notes.md, "Row
+            // kernels").
             if constexpr (IN_PLACE) {
 #pragma unroll
               for (int k = 0; k < NV; ++k)
@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, (min_blocks<T, Op>(Cfg::kMinBlock
     constexpr int FIRST_BATCHED = W_BATCH > 0 && Op::kBiased ? NV : 0;
     auto batched = [](int k) { return W_BATCH > 0 && k >= FIRST_BATCHED; };
     // The weight is tested once a vector, not once an element, and 16-bit results are
-    // rounded two to an instruction (fewer instructions a row: docs/archive/NOTES.md). W_AHEAD is written
+    // rounded two to an instruction (fewer instructions a row). W_AHEAD is written
     // so that kernels without it keep their code.
     auto scale_store = [&](const VT& x, int l, int k) {
       if constexpr (Op::kGrouped) {

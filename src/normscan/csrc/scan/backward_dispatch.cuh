@@ -13,7 +13,7 @@ namespace normscan {
 // Rows of at most 128, 256 and 1024 vectors are held by one block (128 threads of one and two
 // vectors, 256 of four); longer ones, up to 4M fp32 elements, take the chunked kernel: fp32
 // (fp64 arithmetic) one vector a thread at 4 blocks a SM (two at 3 spilled), others two at 3.
-// Measured configurations: docs/archive/NOTES.md.
+// Measured configurations: docs/design-notes.md, "Scans".
 using CumprodBackwardHeldRows = std::tuple<CumprodBackwardConfig<128, 1, 8, 1>, CumprodBackwardConfig<128, 2, 6, 1>,
                                            CumprodBackwardConfig<256, 4, 2, 1>>;
 template <typename T>

@@ -96,9 +96,8 @@ __global__ void __launch_bounds__(Cfg::kBlock, (scan_min_blocks<T, Op>(Cfg::kMin
     for (int k = 0; k < NV; ++k)
       if (vindex(first, k) < end) mine = Op::apply(mine, combine<Op>(held(r, b, k)));
     mine = warp_reduce<Op>(mine);
-    // (The first barrier is not needed for correctness: s_wtot has three sets. Without it
-    // one row of 2**28 measured 0.889 ms, with it 0.832; and with it but two sets (by
-    // buffer), 0.859 against 0.822. Reasons not understood: see docs/archive/NOTES.md.)
+    // (The first barrier is not needed for correctness: s_wtot has three sets. It measured
+    // faster kept, for reasons not understood: docs/design-notes.md, "Scans".)
     mbarrier_arrive(&s_reduced);
     mbarrier_wait(&s_reduced, phase);
     if (lane == 0) s_wtot[set][warp - 1] = mine;

@@ -4,7 +4,7 @@
 // The running value is kept in scan_acc_t<T>: fp32 for 16-bit types, as PyTorch does; fp64
 // for fp32 and fp64. A product's rounding error grows with the number of multiplications
 // on its path, and a parallel scan has more of them than PyTorch's mostly-sequential one:
-// with an fp32 running value fp32 cumprod measured 2.7x PyTorch's error (docs/archive/NOTES.md); in
+// with an fp32 running value fp32 cumprod measured 2.7x PyTorch's error (docs/design-notes.md); in
 // fp64 it is one final rounding.
 #pragma once
 
