@@ -105,6 +105,21 @@ def test_bench_training_without_gpu_times_the_backward_and_checks_the_gradients(
         assert {"normscan", "eager", "compile"} <= set(row["ms"])
 
 
+@NO_GPU
+def test_bench_training_takes_the_hidden_sizes_asked(tmp_path):
+    """--hidden picks the LLM ops' and the residual forms' sizes (rows filling 128 MB, then cut
+    for the CPU); without --training it is refused, saying why."""
+    run = normscan("bench", "--training", "--ops", "rms_norm", "--modes", "forward+backward", "--dtype", "float32",
+                   "--hidden", "3072", "--repeat", "1", "--rounds", "1", "--out", tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert [r["label"].split(" at ")[0] for r in rows] == ["rms_norm+w 10922x3072 float32",
+                                                            "rms_norm+w+residual 10922x3072 float32"]
+    assert all(r["shape"][-1] == 3072 and r["correct"] for r in rows)
+    run = normscan("bench", "--hidden", "3072", "--out", tmp_path)
+    assert run.returncode == 2 and "add --training" in run.stdout, run.stdout + run.stderr
+
+
 def test_training_entries_of_every_op_count_their_backwards_bytes():
     """`bench --training` without --ops: every op's entries, with their byte floors."""
     from normscan.bench import catalogue

@@ -198,16 +198,17 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
                  params, baselines, mode, tensors, other_bytes, residual)
 
 
-def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str) -> list[Entry]:
-    """The residual forms of RESIDUAL_OPS at each of TRAINING_HIDDEN, weighted (layer_norm with
-    its bias too), beside the peers."""
+def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str,
+                      hidden: tuple[int, ...] = TRAINING_HIDDEN) -> list[Entry]:
+    """The residual forms of RESIDUAL_OPS at each hidden size, weighted (layer_norm with its
+    bias too), beside the peers."""
     out = []
     dt = str(dtype).replace("torch.", "")
     for spec in specs:
         if spec.name not in RESIDUAL_OPS:
             continue
         params = ("weight", "bias") if spec.takes("bias") else ("weight",)
-        for n in TRAINING_HIDDEN:
+        for n in hidden:
             shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
             tag = "".join(f"+{name[0]}" for name in params)
             out.append(_entry(f"{spec.name}{tag}+residual {shape[0]}x{n} {dt}", spec, shape, dtype,
@@ -280,11 +281,13 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
 
 
 def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
-                     modes: list[str] = ("backward", "forward+backward")) -> list[Entry]:
+                     modes: list[str] = ("backward", "forward+backward"),
+                     hidden: tuple[int, ...] = TRAINING_HIDDEN) -> list[Entry]:
     """Backward alone, then forward and backward through autograd, in every dtype asked: the
-    LLM ops over the last dim at each of TRAINING_HIDDEN (layer_norm with weight and bias, as
-    nn.LayerNorm's default, and with its weight alone), beside the peers; the other row ops at
-    one shape; the scans in float32 when it is asked."""
+    LLM ops over the last dim and the residual forms at each hidden size (layer_norm with
+    weight and bias, as nn.LayerNorm's default, and with its weight alone), rows filling
+    TRAINING_BYTES, beside the peers; the other row ops at one shape; the scans in float32
+    when it is asked."""
     out: list[Entry] = []
     specs = [s for s in REGISTRY.values() if ops is None or s.name in ops]
     for mode in modes:
@@ -295,15 +298,15 @@ def training_entries(ops: list[str] | None, dtypes: list[torch.dtype],
                     continue
                 variants = [("weight", "bias"), ("weight",)] if spec.takes("bias") else \
                     [("weight",)] if spec.takes("weight") else [()]
-                hidden = TRAINING_HIDDEN if spec.name in TRAINING_OPS else TRAINING_HIDDEN[1:2]
+                sizes = hidden if spec.name in TRAINING_OPS else TRAINING_HIDDEN[1:2]
                 for params in variants:
-                    for n in hidden:
+                    for n in sizes:
                         shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
                         tag = "".join(f"+{name[0]}" for name in params)
                         out.append(_entry(f"{spec.name}{tag} {shape[0]}x{n} {dt}", spec, shape, dtype,
                                           shape[-1:] if spec.trailing else -1, params=params,
                                           with_peers=True, mode=mode))
-            out += _residual_entries(specs, dtype, mode)
+            out += _residual_entries(specs, dtype, mode, hidden)
         for dtype in [torch.float32] if torch.float32 in dtypes else dtypes:
             dt = str(dtype).replace("torch.", "")
             for spec in specs:

@@ -155,6 +155,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "problems")
     p.add_argument("--modes", nargs="+", choices=timing.MODES[1:], default=list(timing.MODES[1:]),
                    help="with --training, which to time (default both)")
+    p.add_argument("--hidden", nargs="+", type=positive_int, default=None, metavar="N",
+                   help="with --training, the hidden sizes of the LLM ops and the residual forms (default "
+                        f"{' '.join(map(str, catalogue.TRAINING_HIDDEN))}; rows fill "
+                        f"{catalogue.TRAINING_BYTES >> 20} MB)")
     p.add_argument("--ops", nargs="+", choices=list(REGISTRY), default=None, metavar="OP",
                    help=f"only these ops ({', '.join(REGISTRY)})")
     p.add_argument("--dtype", nargs="+", choices=list(DTYPES), default=None,
@@ -173,7 +177,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def entries(args: argparse.Namespace) -> list[timing.Entry]:
     if args.training:
         return catalogue.training_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])],
-                                          args.modes)
+                                          args.modes, tuple(args.hidden or catalogue.TRAINING_HIDDEN))
     if args.sweep:
         return catalogue.sweep_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])])
     return catalogue.kernelbench_entries(args.ops)
@@ -186,6 +190,10 @@ def builds_of(chosen: list[timing.Entry], training: bool) -> list[tuple[str, int
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.hidden and not args.training:
+        print("normscan bench: --hidden sets the training entries' hidden sizes; add --training "
+              f"(given: --hidden {' '.join(map(str, args.hidden))})")
+        return 2
     chosen = entries(args)
     if not chosen:
         solved = ", ".join(f"{name} ({p.op})" for name, p in all_problems().items())
