@@ -19,7 +19,8 @@ from normscan.registry import FAMILIES
 def test_families_are_csrcs_folders_and_the_registrys():
     assert _build.families() == sorted(FAMILIES)
     assert _build.extensions() == ["reduce_scale", "reduce_scale_backward", "scan", "scan_backward"]
-    assert _build.extension_entries("reduce_scale") == ["reduce_scale", "reduce_scale_residual", "reduce_scale_contiguous"]
+    assert _build.extension_entries("reduce_scale") == ["reduce_scale", "reduce_scale_residual", "reduce_scale_sharded_stats",
+                                                            "reduce_scale_sharded_scale", "reduce_scale_contiguous"]
     assert _build.extension_entries("reduce_scale_backward") == ["reduce_scale_backward"]
     assert _build.extension_entries("scan") == ["scan", "scan_contiguous"]
     assert _build.extension_entries("scan_backward") == ["scan_backward"]

@@ -111,9 +111,10 @@ def extension_source(extension: str) -> str:
 
 def extension_entries(extension: str) -> list[str]:
     """The functions an extension binds: the one csrc/entries.h declares under its name, its
-    fast path (``<name>_contiguous``) and its residual form (``<name>_residual``) where it
-    has them."""
-    return re.findall(rf"\b({extension}(?:_contiguous|_residual)?)\(", (CSRC / ENTRIES).read_text())
+    fast path (``<name>_contiguous``), its residual form (``<name>_residual``) and its
+    sharded-hidden passes (``<name>_sharded_stats``, ``_sharded_scale``) where it has them."""
+    return re.findall(rf"\b({extension}(?:_contiguous|_residual|_sharded_stats|_sharded_scale)?)\(",
+                      (CSRC / ENTRIES).read_text())
 
 
 def ops_macro(family: str) -> str:

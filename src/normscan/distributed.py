@@ -19,9 +19,12 @@ list's length as the number of outputs.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import torch
+
+from .sharded_passes import sharded_partial_stats, sharded_scale
 
 
 def _placements(spec, args: tuple, backward: bool):
@@ -163,7 +166,7 @@ def register() -> None:
 # partial statistics are found locally, merged across the group in one all-reduce, then each
 # rank scales its slice. Differentiable: autograd's backward of the all-reduce is one
 # all-reduce of the statistics' gradients (rows x 2 values again). The local passes are
-# PyTorch's elementwise ops for now, not fused kernels (16-bit x in float32).
+# sharded_passes' custom ops: a kernel each on CUDA.
 
 class _Summed(torch.autograd.Function):
     """The sum of a tensor over a process group's ranks; its gradient summed likewise (each
@@ -192,23 +195,27 @@ def _widened(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
+def _rows_of(x: torch.Tensor) -> torch.Tensor:
+    """x as (rows, its last dim): a view where its rows lie so, else a copy (a rank's empty
+    slice too: hidden < ranks)."""
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
 def rms_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float | None = None,
                             group=None) -> torch.Tensor:
     """``F.rms_norm`` over the last dim of a tensor whose last dim is sharded across `group`
     (a process group; None: the default one): `x` and `weight` are this rank's slices, the
     result is this rank's slice of y. One all-reduce of rows x 2 values (each row's sum of
-    squares and element count, so uneven slices are fine); eps None as ``F.rms_norm``."""
+    squares and element count, so uneven slices are fine); eps None as ``F.rms_norm``. On
+    CUDA the local passes are a kernel each (sharded_passes)."""
     if eps is None:
         eps = torch.finfo(x.dtype).eps
-    xf = _widened(x)
-    local = torch.stack([(xf * xf).sum(-1), torch.full(xf.shape[:-1], float(x.shape[-1]), dtype=xf.dtype,
-                                                       device=x.device)], -1)
-    total = _summed(local, group)
-    rstd = torch.rsqrt(total[..., :1] / total[..., 1:] + eps)
-    y = xf * rstd
-    if weight is not None:
-        y = y * weight
-    return y.to(x.dtype)
+    rows = _rows_of(x)
+    sums = sharded_partial_stats(rows, False)
+    total = _summed(torch.stack([sums, torch.full_like(sums, float(x.shape[-1]))], -1), group)
+    rstd = torch.rsqrt(total[:, 0] / total[:, 1] + eps)
+    y = sharded_scale(rows, torch.stack([torch.zeros_like(rstd), rstd], -1), weight, None)
+    return y.view(x.shape)
 
 
 def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -219,21 +226,15 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     squared sum less a sum squared. The ranks' triples travel in one all-reduce of
     ranks x rows x 3 values (each rank fills its own slot), which autograd differentiates
     (an all-gather's backward needs a reduce-scatter, which gloo lacks)."""
-    xf = _widened(x)
-    n = float(x.shape[-1])
-    mean = xf.sum(-1) / max(n, 1.0)  # a rank's empty slice (hidden < ranks): 0, weighed by its count 0
-    m2 = (xf - mean.unsqueeze(-1)).square().sum(-1)
-    mine = torch.stack([torch.full_like(mean, n), mean, m2], -1)
+    rows = _rows_of(x)
+    local = sharded_partial_stats(rows, True)  # a rank's empty slice (hidden < ranks): 0, 0, weighed by its count 0
+    mine = torch.stack([torch.full_like(local[:, 0], float(x.shape[-1])), local[:, 0], local[:, 1]], -1)
     counts, means, m2s = _gathered(mine, group).unbind(-1)
     total = counts.sum(0)
     grand = (counts * means).sum(0) / total
     var = (m2s.sum(0) + (counts * (means - grand).square()).sum(0)) / total
-    y = (xf - grand.unsqueeze(-1)) * torch.rsqrt(var.unsqueeze(-1) + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y.to(x.dtype)
+    y = sharded_scale(rows, torch.stack([grand, torch.rsqrt(var + eps)], -1), weight, bias)
+    return y.view(x.shape)
 
 
 def batch_norm_batch_sharded(x: torch.Tensor, running_mean: torch.Tensor | None, running_var: torch.Tensor | None,

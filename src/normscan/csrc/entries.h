@@ -28,6 +28,16 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
 bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::Tensor& h, at::Tensor& y,
                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, int64_t op,
                            double eps, const std::optional<at::Tensor>& stats);
+// The local passes of rms_norm and layer_norm (op) over a hidden dim sharded across ranks
+// (csrc/reduce_scale/sharded.cuh; normscan/distributed.py merges the ranks' statistics): x a
+// (rows, length) CUDA tensor, rows contiguous. reduce_scale_sharded_stats writes each row's
+// sum of squares (rms_norm: stats (rows,)) or its mean and squared deviations from it
+// (layer_norm: (rows, 2)), in x's accumulation dtype; reduce_scale_sharded_scale writes
+// y = (x - stats[:, 0]) * stats[:, 1] [* weight] [+ bias] in x's dtype.
+void reduce_scale_sharded_stats(const at::Tensor& x, at::Tensor& stats, int64_t op);
+void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Tensor& stats,
+                                const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                int64_t op);
 // The gradients of reduce_scale's y, given g = dL/dy: dx into dx, and, when weight_grad,
 // the weight's (second result, in the weight's dtype; then, when bias_grad too, a biased
 // op's bias's), summed from per-row-group partial sums (third result; into dw_part when

@@ -152,6 +152,18 @@ __device__ __forceinline__ A warp_reduce(A v) {
   }
 }
 
+// The block's sum of v, every thread getting it: each warp's sum, then the warps' in order.
+template <typename A> __device__ __forceinline__ A block_sum_in_order(A v, A* scratch) {
+  v = warp_reduce<SumOp>(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  A total = A(0);
+  const int warps = blockDim.x / 32;
+  for (int i = 0; i < warps; ++i) total += scratch[i];
+  __syncthreads();  // before scratch is written again
+  return total;
+}
+
 // Where a thread sits in its block: its lane and its warp.
 struct WarpPlace {
   int lane, warp;

@@ -3,6 +3,7 @@
 #include "../binding.cuh"
 #include "dispatch.cuh"
 #include "residual.cuh"
+#include "sharded.cuh"
 
 namespace {
 
@@ -146,6 +147,87 @@ bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::
     });
   });
   return launched;
+}
+
+namespace {
+
+// x as the sharded-hidden kernels take it: (rows, length), rows contiguous.
+template <typename T> normscan::ShardedRows<T> sharded_rows(const at::Tensor& x) {
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && (x.size(1) <= 1 || x.stride(1) == 1),
+              "normscan: the sharded-hidden passes take a (rows, length) CUDA x, rows contiguous");
+  const bool vectors = x.size(1) % normscan::vec16<T>() == 0 && reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 == 0 &&
+                       (x.size(0) <= 1 || (x.stride(0) * x.element_size()) % 16 == 0);
+  return {normscan::data<T>(x), x.size(0), x.size(1), x.stride(0), vectors};
+}
+
+// f(functor) for rms_norm's and layer_norm's ops, which have sharded-hidden passes.
+template <typename F> void with_sharded_op(int64_t op, F&& f) {
+  using namespace normscan;
+  const bool known = with_reduce_scale_op(op, [&](auto functor) {
+    using Op = decltype(functor);
+    if constexpr (std::is_same<Op, RmsNormOp>::value || std::is_same<Op, LayerNormOp>::value) {
+      f(functor);
+    } else {
+      TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no sharded-hidden passes (rms_norm and "
+                  "layer_norm do)");
+    }
+  });
+  TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
+}
+
+}  // namespace
+
+void reduce_scale_sharded_stats(const at::Tensor& x, at::Tensor& stats, int64_t op) {
+  using namespace normscan;
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_sharded_stats", [&] {
+    using T = cuda_t<scalar_t>;
+    using A = acc_t<T>;
+    const ShardedRows<T> a = sharded_rows<T>(x);
+    with_sharded_op(op, [&](auto functor) {
+      constexpr bool centered = decltype(functor)::kCentered;
+      TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() && stats.numel() == (centered ? 2 : 1) * a.rows &&
+                      stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat),
+                  "normscan: the partial statistics must be a contiguous tensor of ", centered ? "(rows, 2)" : "(rows,)",
+                  " in x's accumulation dtype on x's device");
+      check_cuda(launch_sharded_partial_stats<T, centered>(a, static_cast<A*>(stats.data_ptr()), stream),
+                 "reduce_scale_sharded_stats");
+    });
+  });
+}
+
+void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Tensor& stats,
+                                const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                int64_t op) {
+  using namespace normscan;
+  TORCH_CHECK(y.sizes() == x.sizes() && y.scalar_type() == x.scalar_type() && y.device() == x.device() &&
+                  (y.size(1) <= 1 || y.stride(1) == 1),
+              "normscan: y must be a (rows, length) tensor of x's dtype and device, rows contiguous");
+  const bool fp32 = fp32_params(x, weight, bias);
+  check_param(x, weight, x.size(1), fp32);
+  check_param(x, bias, x.size(1), fp32, "bias");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_sharded_scale", [&] {
+    using T = cuda_t<scalar_t>;
+    using A = acc_t<T>;
+    ShardedRows<T> a = sharded_rows<T>(x);
+    a.vectors = a.vectors && reinterpret_cast<uintptr_t>(y.const_data_ptr()) % 16 == 0 &&
+                (y.size(0) <= 1 || (y.stride(0) * y.element_size()) % 16 == 0);
+    for (const auto* p : {&weight, &bias}) a.vectors = a.vectors && (!*p || reinterpret_cast<uintptr_t>((*p)->const_data_ptr()) % 16 == 0);
+    const A* s = checked_stats<A>(x, stats, a.rows);
+    with_sharded_op(op, [&](auto functor) {
+      using Op = decltype(functor);
+      TORCH_CHECK(!bias || Op::kBiased, "normscan: rms_norm takes no bias: bias must be None");
+      with_param_type<T, Op>(fp32, [&](auto typed) {
+        using P = param_t<T, decltype(typed)>;
+        check_cuda(launch_sharded_scale<T, P>(a, mutable_data<T>(y), y.stride(0), s, weight ? data<P>(*weight) : nullptr,
+                                              bias ? data<P>(*bias) : nullptr, stream),
+                   "reduce_scale_sharded_scale");
+      });
+    });
+  });
 }
 
 // torch.finfo(dtype).eps: what eps=None stands for (F.rms_norm's default).

@@ -40,18 +40,6 @@ template <typename S, int N> __device__ __forceinline__ void store_params(S* p, 
   }
 }
 
-// The block's sum of v, every thread getting it: each warp's sum, then the warps' in order.
-template <typename A> __device__ __forceinline__ A block_sum_in_order(A v, A* scratch) {
-  v = warp_reduce<SumOp>(v);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  A total = A(0);
-  const int warps = blockDim.x / 32;
-  for (int i = 0; i < warps; ++i) total += scratch[i];
-  __syncthreads();  // before scratch is written again
-  return total;
-}
-
 // K vectors a thread (2, 4 or 8), up to 512 threads a block: two blocks of a row each an SM,
 // so that one row's loads overlap another's reductions; h of 8 vectors of a float32 residual
 // beside 16-bit x fits the 128 registers a thread that leaves (K = 16 spilled).
