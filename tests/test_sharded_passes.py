@@ -49,7 +49,7 @@ def test_local_passes_match_float64(length, dtype, param_dtype, offset, device):
     for weight, bias in [(None, None), (w, None), (w, b)]:
         want = (x64 - stats[:, :1].double()) * stats[:, 1:].double()
         want = want * (1 if weight is None else weight.double()) + (0 if bias is None else bias.double())
-        y = sharded_scale(x, stats, weight, bias)
+        y = sharded_scale(x, stats, weight, bias, bias is not None)
         assert y.dtype == dtype and y.shape == x.shape and torch.isfinite(y).all()
         # Relative to the row's scale: y crosses 0 within a row.
         err = ((y.double() - want).abs() / want.abs().amax(-1, keepdim=True).clamp_min(1e-30)).max().item()
@@ -62,7 +62,7 @@ def test_local_passes_of_empty_rows_and_no_rows(device):
         x = torch.randn(rows, length, device=device, dtype=torch.bfloat16)
         assert sharded_partial_stats(x, False).tolist() == [0.0] * rows
         assert sharded_partial_stats(x, True).tolist() == [[0.0, 0.0]] * rows
-        y = sharded_scale(x, torch.ones(rows, 2, device=device), None, None)
+        y = sharded_scale(x, torch.ones(rows, 2, device=device), None, None, False)
         assert y.shape == x.shape and y.dtype == x.dtype
 
 
@@ -75,8 +75,8 @@ def test_local_passes_gradients(device):
     b = torch.randn(9, dtype=torch.float64, device=device, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: sharded_partial_stats(t, False), (x,))
     assert torch.autograd.gradcheck(lambda t: sharded_partial_stats(t, True), (x,))
-    assert torch.autograd.gradcheck(lambda *a: sharded_scale(*a), (x, stats, w, b))
-    assert torch.autograd.gradcheck(lambda t, s: sharded_scale(t, s, None, None), (x, stats))
+    assert torch.autograd.gradcheck(lambda *a: sharded_scale(*a, True), (x, stats, w, b))
+    assert torch.autograd.gradcheck(lambda t, s: sharded_scale(t, s, None, None, False), (x, stats))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -86,5 +86,6 @@ def test_local_passes_opcheck(device):
     w, b = torch.randn(64, device=device), torch.randn(64, device=device)
     for centered in (False, True):
         torch.library.opcheck(sharded_partial_stats, (x, centered))
-    torch.library.opcheck(sharded_scale, (x, stats, w, b))
-    torch.library.opcheck(sharded_scale, (x.float().requires_grad_(), stats.requires_grad_(), None, None))
+    torch.library.opcheck(sharded_scale, (x, stats, w, b, True))
+    torch.library.opcheck(sharded_scale, (x, stats, w, None, False))
+    torch.library.opcheck(sharded_scale, (x.float().requires_grad_(), stats.requires_grad_(), None, None, True))

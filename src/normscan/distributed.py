@@ -214,7 +214,7 @@ def rms_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = None,
     sums = sharded_partial_stats(rows, False)
     total = _summed(torch.stack([sums, torch.full_like(sums, float(x.shape[-1]))], -1), group)
     rstd = torch.rsqrt(total[:, 0] / total[:, 1] + eps)
-    y = sharded_scale(rows, torch.stack([torch.zeros_like(rstd), rstd], -1), weight, None)
+    y = sharded_scale(rows, torch.stack([torch.zeros_like(rstd), rstd], -1), weight, None, False)
     return y.view(x.shape)
 
 
@@ -233,7 +233,7 @@ def layer_norm_hidden_sharded(x: torch.Tensor, weight: torch.Tensor | None = Non
     total = counts.sum(0)
     grand = (counts * means).sum(0) / total
     var = (m2s.sum(0) + (counts * (means - grand).square()).sum(0)) / total
-    y = sharded_scale(rows, torch.stack([grand, torch.rsqrt(var + eps)], -1), weight, bias)
+    y = sharded_scale(rows, torch.stack([grand, torch.rsqrt(var + eps)], -1), weight, bias, True)
     return y.view(x.shape)
 
 

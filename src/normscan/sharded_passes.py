@@ -43,10 +43,13 @@ def sharded_partial_stats(x: torch.Tensor, centered: bool) -> torch.Tensor:
 def _partial_stats_cuda(x: torch.Tensor, centered: bool) -> torch.Tensor:
     from .registry import REGISTRY  # the registry imports distributed, which imports this
 
+    if x.numel() and x.stride(-1) != 1:
+        return _partial_stats_reference(x, centered)
     spec = REGISTRY["layer_norm" if centered else "rms_norm"]
-    out = torch.empty((x.shape[0], 2) if centered else (x.shape[0],), dtype=grouped.stats_dtype(x), device=x.device)
-    if x.numel() == 0 or x.stride(-1) != 1:
-        return _partial_stats_reference(x, centered) if x.numel() else out.zero_()
+    shape = (x.shape[0], 2) if centered else (x.shape[0],)
+    if x.numel() == 0:  # empty rows' statistics: 0
+        return torch.zeros(shape, dtype=grouped.stats_dtype(x), device=x.device)
+    out = torch.empty(shape, dtype=grouped.stats_dtype(x), device=x.device)
     _build.load("reduce_scale", spec.op_id).reduce_scale_sharded_stats(x, out, spec.op_id)
     return out
 
@@ -87,9 +90,9 @@ def _scale_reference(x, stats, weight, bias):
 
 @torch.library.custom_op("normscan::sharded_scale", mutates_args=())
 def sharded_scale(x: torch.Tensor, stats: torch.Tensor, weight: torch.Tensor | None,
-                  bias: torch.Tensor | None) -> torch.Tensor:
+                  bias: torch.Tensor | None, centered: bool) -> torch.Tensor:
     """(x - stats[:, 0:1]) * stats[:, 1:2] [* weight] [+ bias], computed in stats' dtype,
-    returned in x's."""
+    returned in x's; centered: layer_norm's (its build runs it on CUDA), else rms_norm's."""
     return _scale_reference(x, stats, weight, bias)
 
 
@@ -104,12 +107,12 @@ def _kernel_takes(x: torch.Tensor, stats: torch.Tensor, *params: torch.Tensor | 
 
 @sharded_scale.register_kernel("cuda")
 def _scale_cuda(x: torch.Tensor, stats: torch.Tensor, weight: torch.Tensor | None,
-                bias: torch.Tensor | None) -> torch.Tensor:
+                bias: torch.Tensor | None, centered: bool) -> torch.Tensor:
     if x.numel() == 0 or not _kernel_takes(x, stats, weight, bias):
         return _scale_reference(x, stats, weight, bias)
     from .registry import REGISTRY
 
-    spec = REGISTRY["layer_norm" if bias is not None else "rms_norm"]
+    spec = REGISTRY["layer_norm" if centered or bias is not None else "rms_norm"]  # rms_norm's takes no bias
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     _build.load("reduce_scale", spec.op_id).reduce_scale_sharded_scale(x, y, stats.contiguous(), weight, bias,
                                                                         spec.op_id)
@@ -117,12 +120,12 @@ def _scale_cuda(x: torch.Tensor, stats: torch.Tensor, weight: torch.Tensor | Non
 
 
 @sharded_scale.register_fake
-def _(x, stats, weight, bias):
+def _(x, stats, weight, bias, centered):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _scale_context(ctx, inputs, output):
-    x, stats, weight, bias = inputs
+    x, stats, weight, bias, _ = inputs
     ctx.bias_dtype = None if bias is None else bias.dtype
     ctx.save_for_backward(x, stats, weight)
 
@@ -138,7 +141,7 @@ def _scale_backward(ctx, grad):
     dstats = torch.stack([-(gw * scale).sum(-1), (gw * centered).sum(-1)], -1) if needs[1] else None
     dw = (g * centered * scale).sum(0).to(weight.dtype) if weight is not None and needs[2] else None
     db = g.sum(0).to(ctx.bias_dtype) if ctx.bias_dtype is not None and needs[3] else None
-    return dx, dstats, dw, db
+    return dx, dstats, dw, db, None
 
 
 sharded_scale.register_autograd(_scale_backward, setup_context=_scale_context)
