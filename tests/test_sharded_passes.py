@@ -89,3 +89,18 @@ def test_local_passes_opcheck(device):
     torch.library.opcheck(sharded_scale, (x, stats, w, b, True))
     torch.library.opcheck(sharded_scale, (x, stats, w, None, False))
     torch.library.opcheck(sharded_scale, (x.float().requires_grad_(), stats.requires_grad_(), None, None, True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("length", [1000, 4104, 40000])
+def test_local_passes_are_batch_invariant(length, device="cuda"):
+    """On CUDA a row's statistics and y are the same bits whatever rows surround it (a row's
+    threads are chosen by its length alone)."""
+    torch.manual_seed(length)
+    x = _inputs(70, length, torch.bfloat16, device)
+    stats = torch.stack([torch.randn(70), torch.rand(70) + 0.5], -1).to(device)
+    w, b = torch.randn(length, device=device), torch.randn(length, device=device)
+    for rows in (slice(0, 1), slice(3, 12), slice(5, 70)):
+        for centered in (False, True):
+            assert torch.equal(sharded_partial_stats(x[rows], centered), sharded_partial_stats(x, centered)[rows])
+        assert torch.equal(sharded_scale(x[rows], stats[rows], w, b, True), sharded_scale(x, stats, w, b, True)[rows])

@@ -213,3 +213,12 @@ def test_kernel_coverage_matches_launched_kernels_to_the_built_ones(tmp_path):
                                        "scan SumOp": [slab + "(args)"]}, launched)
     assert never == [("scan SumOp", slab)] and total == 2
     assert lines == ["reduce_scale_rows_kernel: 1 of 1 launched", "scan_slab_kernel: 0 of 1 launched"]
+
+
+def test_sharded_time_runs_each_pass_on_the_cpu(capsys):
+    import sharded_time
+
+    sharded_time.main(["--device", "cpu", "--mb", "0.01", "--lengths", "8", "100", "--dtypes", "bfloat16", "--repeat", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| bfloat16")]
+    assert [r.split(" | ")[1] for r in rows] == ["655x8", "52x100"]
+    assert all(len(r.split(" | ")) == 7 for r in rows)
