@@ -18,10 +18,13 @@ from normscan.registry import FAMILIES
 
 def test_families_are_csrcs_folders_and_the_registrys():
     assert _build.families() == sorted(FAMILIES)
-    assert _build.extensions() == ["reduce_scale", "reduce_scale_backward", "scan", "scan_backward"]
+    assert _build.extensions() == ["reduce_scale", "reduce_scale_backward", "reduce_scale_out", "scan", "scan_backward"]
     assert _build.extension_entries("reduce_scale") == ["reduce_scale", "reduce_scale_residual", "reduce_scale_sharded_stats",
                                                             "reduce_scale_sharded_scale", "reduce_scale_contiguous"]
     assert _build.extension_entries("reduce_scale_backward") == ["reduce_scale_backward"]
+    assert _build.extension_entries("reduce_scale_out") == ["reduce_scale_out"]
+    assert _build.extension_ops("reduce_scale_out") == {"RmsNormOp": 2, "LayerNormOp": 5}
+    assert _build.extension_family("reduce_scale_out") == _build.extension_family("reduce_scale_backward") == "reduce_scale"
     assert _build.extension_entries("scan") == ["scan", "scan_contiguous"]
     assert _build.extension_entries("scan_backward") == ["scan_backward"]
 
@@ -38,10 +41,12 @@ def test_the_fast_paths_entries_bind_through_cpythons_calling_convention():
         assert module.count(";") == len(_build.extension_entries(extension)), module
 
 
-def test_the_backward_builds_apart_from_the_forward():
-    forward, backward = (_build.extension_source(e) for e in ("reduce_scale", "reduce_scale_backward"))
+def test_the_backward_and_the_out_forms_build_apart_from_the_forward():
+    forward, backward, out = (_build.extension_source(e) for e in ("reduce_scale", "reduce_scale_backward",
+                                                                   "reduce_scale_out"))
     assert "reduce_scale_rows_kernel" in forward and "reduce_scale_backward_rows_kernel" not in forward
     assert "reduce_scale_backward_rows_kernel" in backward and "reduce_scale_rows_kernel" not in backward
+    assert "cuda_fp8.h" in out and "cuda_fp8.h" not in forward and "reduce_scale_rows_kernel" not in out
 
 
 def test_source_expansion_inlines_each_header_once_relative_to_its_includer():
@@ -62,7 +67,7 @@ def test_kernels_without_cuda_say_so():
 
 def test_an_unknown_family_or_op_is_named():
     with pytest.raises(ValueError, match="no kernel extension 'softmax'; the extensions are reduce_scale, "
-                                         "reduce_scale_backward, scan, scan_backward"):
+                                         "reduce_scale_backward, reduce_scale_out, scan, scan_backward"):
         _build.load("softmax", 0)
     with pytest.raises(ValueError, match=r"the scan_backward kernels have no op 1; their ops are 0 \(ProdOp\)"):
         _build.load("scan_backward", 1)  # cumsum's gradient is the forward's reverse scan

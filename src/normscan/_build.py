@@ -1,8 +1,9 @@
-"""First-use build of the CUDA kernels in ``csrc/``: a kernel family's forward and its
-backward are each an extension of their own, and each is built one op at a time.
+"""First-use build of the CUDA kernels in ``csrc/``: a kernel family's forward, its
+backward and its out-dtype forms are each an extension of their own, and each is built one
+op at a time.
 
-An extension (``csrc/<family>/binding.cu``, or ``backward_binding.cu`` for
-``<family>_backward``, with the headers it includes) is compiled through ``load_inline``
+An extension (``csrc/<family>/binding.cu``, ``backward_binding.cu`` for
+``<family>_backward``, ``out_binding.cu`` for ``<family>_out``, with the headers it includes) is compiled through ``load_inline``
 for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is first used
 (called, or its gradient taken), for the current device's architecture only, and cached
 under ``cache_dir()`` in a folder named by the extension, the op and a hash of the sources,
@@ -59,18 +60,27 @@ def families() -> list[str]:
 
 
 BACKWARD = "_backward"  # a family's backward extension: <family>_backward
+OUT = "_out"  # a family's out-dtype forms: <family>_out (csrc/<family>/out_binding.cu)
 
 
 def extensions() -> list[str]:
     """What is built apart, each on first use: every family's forward (named as the family)
     and, where csrc/<family>/ has a backward_binding.cu, its backward (<family>_backward)."""
-    return sorted(families() + [f + BACKWARD for f in families() if (CSRC / f / "backward_binding.cu").exists()])
+    return sorted(families() + [f + BACKWARD for f in families() if (CSRC / f / "backward_binding.cu").exists()]
+                  + [f + OUT for f in families() if (CSRC / f / "out_binding.cu").exists()])
+
+
+def extension_family(extension: str) -> str:
+    """The family an extension's kernels belong to."""
+    return extension.removesuffix(BACKWARD).removesuffix(OUT)
 
 
 def _binding(extension: str) -> str:
     """The file under csrc/ that an extension compiles."""
     if extension.endswith(BACKWARD):
         return f"{extension[:-len(BACKWARD)]}/backward_binding.cu"
+    if extension.endswith(OUT):
+        return f"{extension[:-len(OUT)]}/out_binding.cu"
     return f"{extension}/binding.cu"
 
 
@@ -126,8 +136,9 @@ def ops_macro(family: str) -> str:
 def extension_ops(extension: str) -> dict[str, int]:
     """The ops an extension has kernels for, functor -> id (the family's ids): a family's, its
     list in ops.cuh; its backward's, those of its ``NORMSCAN_<FAMILY>_BACKWARD_OPS`` list
-    where it has one, else those whose functor sets ``kFusedBackward = true``."""
-    family = extension.removesuffix(BACKWARD)
+    where it has one, else those whose functor sets ``kFusedBackward = true``; its out-dtype
+    forms', its ``NORMSCAN_<FAMILY>_OUT_OPS`` list."""
+    family = extension_family(extension)
     text = (CSRC / family / "ops.cuh").read_text()
 
     def listed(macro: str) -> dict[str, int] | None:
@@ -137,6 +148,8 @@ def extension_ops(extension: str) -> dict[str, int]:
     ops = listed(ops_macro(family))
     if extension == family:
         return ops
+    if extension == family + OUT:
+        return listed(ops_macro(family + "_OUT"))
     fused = re.findall(r"struct (\w+)(?: : \w+)? \{[^}]*?kFusedBackward = true", text)
     return listed(ops_macro(family + "_BACKWARD")) or {f: i for f, i in ops.items() if f in fused}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import checks, reference, view
+from . import out_forms
 from . import residual as residual_form
 from .regions import Batch, Dim, Groups, Instances, Trailing, Whole
 from .registry import PUBLIC, declare, reduce_scale_fast, scan_fast
@@ -59,7 +60,8 @@ _L1_NORMALIZE = declare(l1_normalize, family="reduce_scale", functor="L1NormOp",
 
 def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
              eps: float | None = None, *, dim: int | None = None, weight_offset: float = 0.0,
-             residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+             residual: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+             out_scale: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """``F.rms_norm(x, normalized_shape, weight, eps)``: x over the root mean square of its last
     ``len(normalized_shape)`` dims, ``x / sqrt(mean(x ** 2) + eps)``, times ``weight`` (of
     shape normalized_shape) when given, in one pass over memory. With ``dim=`` instead of
@@ -81,11 +83,21 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     normalised over the last dims; one pass on CUDA (read x and residual, write h and y) for
     rows of whole 16-byte vectors up to 32768 16-bit elements (16384 float32), else the add
     and the norm apart (normscan.residual).
+
+    ``out_dtype`` writes y in another dtype in the same pass (normscan.out_forms): float32
+    beside 16-bit x, 16-bit beside float32 x, or FP8 (``torch.float8_e4m3fn``,
+    ``torch.float8_e5m2``) as ``y * (1 / scale)`` saturated to the format's range, the scale
+    ``out_scale`` (one float32 value) or, with ``out_scale=None``, each row's own
+    (``amax(|y|) / fmax``), returned last: ``(y, scale)``, ``(y, h, scale)`` with a residual.
+    y is computed in float32 and rounded once. An FP8 y has no gradient.
     """
     if weight_offset != 0:
         weight, _ = _offset_weight("rms_norm", x, weight_offset, weight)
+    if _out_form(x, out_dtype, out_scale):
+        return out_forms.call("rms_norm", x, _last_dims("rms_norm", x, normalized_shape, dim, "out_dtype"), weight,
+                              None, eps, residual, out_dtype, out_scale)
     if residual is not None:
-        return residual_form.call("rms_norm", x, residual, _residual_dims("rms_norm", x, normalized_shape, dim),
+        return residual_form.call("rms_norm", x, residual, _last_dims("rms_norm", x, normalized_shape, dim),
                                   weight, None, eps)
     if dim is None and _one_last_dim(x, normalized_shape):  # F.rms_norm's common case: the last dim
         dim, normalized_shape = -1, None
@@ -134,17 +146,27 @@ def _shape_or_dim(name: str, normalized_shape: object, dim: object) -> None:
                         f"dim of any tensor); {given} given")
 
 
-def _residual_dims(name: str, x: object, normalized_shape: object, dim: object) -> int:
-    """How many last dims of x the residual form normalises: normalized_shape's, or dim= the
-    last one."""
+def _last_dims(name: str, x: object, normalized_shape: object, dim: object, form: str = "residual") -> int:
+    """How many last dims of x the residual or out_dtype form normalises: normalized_shape's,
+    or dim= the last one."""
     checks.check_tensor_type(name, x)
     _shape_or_dim(name, normalized_shape, dim)
     if dim is not None:
         if checks.wrap_dim(name, dim, x.dim()) != max(x.dim() - 1, 0):
-            raise ValueError(f"normscan.{name}: the residual form normalises x's last dims; got dim={dim} of x's "
-                             f"{x.dim()}: pass dim=-1, or add and normalise apart")
+            raise ValueError(f"normscan.{name}: the {form} form normalises x's last dims; got dim={dim} of x's "
+                             f"{x.dim()}: pass dim=-1, or normalise and convert apart")
         return 1
     return len(checks.normalized_dims(name, normalized_shape, x))
+
+
+def _out_form(x: object, out_dtype: object, out_scale: object) -> bool:
+    """Whether a norm call takes its out_dtype form: an out_dtype other than x's, or a scale."""
+    if out_dtype is None:
+        if out_scale is not None:
+            raise ValueError("normscan: out_scale scales an FP8 y: pass out_dtype=torch.float8_e4m3fn (or "
+                             "float8_e5m2) with it")
+        return False
+    return out_scale is not None or not isinstance(x, torch.Tensor) or out_dtype != x.dtype
 
 
 def _one_last_dim(x: object, normalized_shape: object) -> bool:
@@ -210,8 +232,9 @@ _LOG_SOFTMAX = declare(log_softmax, family="reduce_scale", functor="LogSoftmaxOp
 
 def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5, *, dim: int | None = None,
-               weight_offset: float = 0.0,
-               residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+               weight_offset: float = 0.0, residual: torch.Tensor | None = None,
+               out_dtype: torch.dtype | None = None,
+               out_scale: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """``F.layer_norm(x, normalized_shape, weight, bias, eps)`` in one pass over memory:
     ``(x - mean) / sqrt(var + eps) * weight + bias`` over x's last ``len(normalized_shape)``
     dims, var the biased variance. With ``dim=`` instead of normalized_shape, over that one dim
@@ -230,14 +253,18 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None,
     The backward is fused where the normalized dims are x's innermost (rows); over a strided
     dim (``dim=1`` of NCHW) it is PyTorch's gradient of the expression.
 
-    ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma), and
-    ``residual`` returns ``(y, h)`` with h = x + residual, as in :func:`rms_norm`.
+    ``weight_offset`` scales by ``weight_offset + weight`` instead (zero-centred gamma),
+    ``residual`` returns ``(y, h)`` with h = x + residual, and ``out_dtype`` (with
+    ``out_scale``) writes y in another dtype or FP8, as in :func:`rms_norm`.
     """
     checks.check_tensor_type("layer_norm", x)
     if weight_offset != 0:
         weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
+    if _out_form(x, out_dtype, out_scale):
+        return out_forms.call("layer_norm", x, _last_dims("layer_norm", x, normalized_shape, dim, "out_dtype"),
+                              weight, bias, eps, residual, out_dtype, out_scale)
     if residual is not None:
-        return residual_form.call("layer_norm", x, residual, _residual_dims("layer_norm", x, normalized_shape, dim),
+        return residual_form.call("layer_norm", x, residual, _last_dims("layer_norm", x, normalized_shape, dim),
                                   weight, bias, eps)
     if dim is None and normalized_shape is not None:
         return _LAYER_NORM.call(x, normalized_shape, weight, bias, eps)

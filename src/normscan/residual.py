@@ -3,7 +3,7 @@
 
 h takes the residual's dtype (x's, or float32 beside a 16-bit x, as ``x + residual`` promotes),
 y x's. On CUDA, rows of whole 16-byte vectors of up to 32768 16-bit (16384 float32) elements
-are one pass (csrc/reduce_scale/residual.cuh): x and the residual read, h and y written. Other
+are one pass (csrc/reduce_scale/fused_rows.cuh): x and the residual read, h and y written. Other
 rows add, then normalise (the same answer, a pass more). The backward is the norm's fused
 backward over h, the gradient reaching h added: dx and d residual are that sum, each in its
 tensor's dtype.

@@ -21,13 +21,24 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
                   at::IntArrayRef grouping, const std::optional<at::Tensor>& stats);
 // The residual form of rms_norm and layer_norm (op): h = x + residual, in the residual's
 // dtype (x's, or float32 beside a 16-bit x), and y = the op's norm of h [* weight] [+ bias]
-// in x's, in one pass (csrc/reduce_scale/residual.cuh). x, residual, h and y are (rows,
+// in x's, in one pass (csrc/reduce_scale/fused_rows.cuh). x, residual, h and y are (rows,
 // length), each row contiguous, rows 16-byte aligned; layer_norm's `stats` as reduce_scale's.
 // False (nothing written): no kernel holds rows of that length and alignment (the caller
 // then adds and normalises apart).
 bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::Tensor& h, at::Tensor& y,
                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, int64_t op,
                            double eps, const std::optional<at::Tensor>& stats);
+// rms_norm's and layer_norm's (op) y in y's dtype, another than x's (csrc/reduce_scale/
+// fused_rows.cuh): float32 beside 16-bit x, 16-bit beside float32 x, or FP8 (e4m3fn, e5m2) as
+// y / scale saturated to the format's finite range, the scale `out_scale` (one float32) or
+// each row's own, max |y| / the format's largest finite value (at least 1 / (512 x that)),
+// written to `row_scales` (rows,). With a residual, h = x + residual into h first, as
+// reduce_scale_residual's. y is computed in float32 and rounded once. Operands and the
+// false result as reduce_scale_residual's.
+bool reduce_scale_out(const at::Tensor& x, const std::optional<at::Tensor>& residual,
+                      const std::optional<at::Tensor>& h, at::Tensor& y, const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, int64_t op, double eps,
+                      const std::optional<at::Tensor>& out_scale, const std::optional<at::Tensor>& row_scales);
 // The local passes of rms_norm and layer_norm (op) over a hidden dim sharded across ranks
 // (csrc/reduce_scale/sharded.cuh; normscan/distributed.py merges the ranks' statistics): x a
 // (rows, length) CUDA tensor, rows contiguous. reduce_scale_sharded_stats writes each row's

@@ -152,16 +152,19 @@ __device__ __forceinline__ A warp_reduce(A v) {
   }
 }
 
-// The block's sum of v, every thread getting it: each warp's sum, then the warps' in order.
-template <typename A> __device__ __forceinline__ A block_sum_in_order(A v, A* scratch) {
-  v = warp_reduce<SumOp>(v);
+// Op over the block's v, every thread getting it: each warp's, then the warps' in order.
+template <typename Op, typename A> __device__ __forceinline__ A block_reduce_in_order(A v, A* scratch) {
+  v = warp_reduce<Op>(v);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
-  A total = A(0);
+  A total = Op::template identity<A>();
   const int warps = blockDim.x / 32;
-  for (int i = 0; i < warps; ++i) total += scratch[i];
+  for (int i = 0; i < warps; ++i) total = Op::apply(total, scratch[i]);
   __syncthreads();  // before scratch is written again
   return total;
+}
+template <typename A> __device__ __forceinline__ A block_sum_in_order(A v, A* scratch) {
+  return block_reduce_in_order<SumOp>(v, scratch);
 }
 
 // Where a thread sits in its block: its lane and its warp.

@@ -32,6 +32,12 @@ template <typename T> struct Pairs;
 // Clusters of up to 16 blocks: more than 8 (sm_90's portable limit) is opted into per kernel.
 constexpr int kMaxCluster = 16, kMaxPortableCluster = 8;
 
+// What an output element type is: FP8's (device/fp8.cuh) is scaled and saturated to kMax,
+// its largest finite value.
+template <typename O> struct OutFormat {
+  static constexpr bool kFp8 = false;
+};
+
 // Elements per 16-byte vector.
 template <typename T> __host__ __device__ constexpr int vec16() { return static_cast<int>(16 / sizeof(T)); }
 

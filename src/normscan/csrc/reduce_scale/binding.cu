@@ -2,7 +2,7 @@
 
 #include "../binding.cuh"
 #include "dispatch.cuh"
-#include "residual.cuh"
+#include "fused_binding.cuh"
 #include "sharded.cuh"
 
 namespace {
@@ -73,32 +73,6 @@ void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Te
 }
 
 #ifndef NORMSCAN_FLOAT32_ONLY  // the residual form and the fast path (binding.cuh)
-namespace {
-
-// A (rows, length) operand of the residual form: on x's device, of `type`, rows contiguous and
-// 16-byte aligned.
-bool residual_operand(const at::Tensor& x, const at::Tensor& t, at::ScalarType type, const char* name) {
-  TORCH_CHECK(t.dim() == 2 && t.sizes() == x.sizes() && t.device() == x.device() && t.scalar_type() == type,
-              "normscan: the residual form's ", name, " must be a (rows, length) tensor of x's shape and device, of "
-              "x's dtype (h: the residual's)");
-  const bool rows_contiguous = t.size(1) <= 1 || t.stride(1) == 1;
-  const bool rows_aligned = t.size(0) <= 1 || (t.stride(0) * t.element_size()) % 16 == 0;
-  return rows_contiguous && rows_aligned && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
-}
-
-template <typename R> struct TypeTag {
-  using type = R;
-};
-// f(TypeTag<R>{}) for the residual's element type R: x's own, or float32 beside a 16-bit x.
-template <typename T, typename F> void with_residual_type(bool same, F&& f) {
-  if constexpr (sizeof(T) == 2) {
-    if (!same) return f(TypeTag<float>{});
-  }
-  f(TypeTag<T>{});
-}
-
-}  // namespace
-
 bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::Tensor& h, at::Tensor& y,
                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, int64_t op,
                            double eps, const std::optional<at::Tensor>& stats) {
@@ -108,8 +82,8 @@ bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::
   const bool half = type == at::kHalf || type == at::kBFloat16;
   TORCH_CHECK(rtype == type || (half && rtype == at::kFloat), "normscan: the residual must have x's dtype, or float32 "
               "beside a 16-bit x");
-  bool held = residual_operand(x, x, type, "x") & residual_operand(x, residual, rtype, "residual") &
-              residual_operand(x, h, rtype, "h") & residual_operand(x, y, type, "y");
+  bool held = fused_operand(x, x, type, "x") & fused_operand(x, residual, rtype, "residual") &
+              fused_operand(x, h, rtype, "h") & fused_operand(x, y, type, "y");
   const bool fp32 = fp32_params(x, weight, bias);
   check_param(x, weight, x.size(1), fp32);
   check_param(x, bias, x.size(1), fp32, "bias");
@@ -121,29 +95,24 @@ bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::
     using T = cuda_t<scalar_t>;
     with_residual_type<T>(rtype == type, [&](auto residual_type) {
       using R = typename decltype(residual_type)::type;
-      if (!held || !residual_rows_held<T>(x.size(1))) return;
+      if (!held || !fused_rows_held<T>(x.size(1))) return;
       const auto launch = [&](auto typed) {
         using Op = decltype(typed);
         using P = param_t<T, Op>;
         using A = acc_t<T>;
-        const ResidualArgs<T, R, P> a{data<T>(x), data<R>(residual), mutable_data<R>(h), mutable_data<T>(y),
-                                      weight ? data<P>(*weight) : nullptr, bias ? data<P>(*bias) : nullptr,
-                                      x.size(0), x.size(1), x.stride(0), residual.stride(0), h.stride(0), y.stride(0),
-                                      eps, stats ? checked_stats<A>(x, *stats, x.size(0)) : nullptr};
-        check_cuda(launch_residual_norm_rows<T, R, P, Op>(a, stream), "reduce_scale_residual");
+        const FusedRowsArgs<T, R, P> a{data<T>(x), data<R>(residual), mutable_data<R>(h), mutable_data<T>(y),
+                                       weight ? data<P>(*weight) : nullptr, bias ? data<P>(*bias) : nullptr,
+                                       x.size(0), x.size(1), x.stride(0), residual.stride(0), h.stride(0), y.stride(0),
+                                       eps, stats ? checked_stats<A>(x, *stats, x.size(0)) : nullptr};
+        check_cuda(launch_fused_norm_rows<T, R, P, T, Op, true>(a, stream), "reduce_scale_residual");
         launched = true;
       };
-      const bool known = with_reduce_scale_op(op, [&](auto functor) {
+      with_fused_op(op, "residual form", [&](auto functor) {
         using F = decltype(functor);
-        if constexpr (std::is_same<F, RmsNormOp>::value || std::is_same<F, LayerNormOp>::value) {
-          TORCH_CHECK(!stats || F::kRowStats, "normscan: rms_norm writes no statistics: stats must be None");
-          TORCH_CHECK(!bias || F::kBiased, "normscan: rms_norm takes no bias: bias must be None");
-          with_param_type<T, F>(fp32, launch);
-        } else {
-          TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no residual form (rms_norm and layer_norm do)");
-        }
+        TORCH_CHECK(!stats || F::kRowStats, "normscan: rms_norm writes no statistics: stats must be None");
+        TORCH_CHECK(!bias || F::kBiased, "normscan: rms_norm takes no bias: bias must be None");
+        with_param_type<T, F>(fp32, launch);
       });
-      TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
     });
   });
   return launched;
@@ -160,21 +129,6 @@ template <typename T> normscan::ShardedRows<T> sharded_rows(const at::Tensor& x)
   return {normscan::data<T>(x), x.size(0), x.size(1), x.stride(0), vectors};
 }
 
-// f(functor) for rms_norm's and layer_norm's ops, which have sharded-hidden passes.
-template <typename F> void with_sharded_op(int64_t op, F&& f) {
-  using namespace normscan;
-  const bool known = with_reduce_scale_op(op, [&](auto functor) {
-    using Op = decltype(functor);
-    if constexpr (std::is_same<Op, RmsNormOp>::value || std::is_same<Op, LayerNormOp>::value) {
-      f(functor);
-    } else {
-      TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no sharded-hidden passes (rms_norm and "
-                  "layer_norm do)");
-    }
-  });
-  TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
-}
-
 }  // namespace
 
 void reduce_scale_sharded_stats(const at::Tensor& x, at::Tensor& stats, int64_t op) {
@@ -185,7 +139,7 @@ void reduce_scale_sharded_stats(const at::Tensor& x, at::Tensor& stats, int64_t 
     using T = cuda_t<scalar_t>;
     using A = acc_t<T>;
     const ShardedRows<T> a = sharded_rows<T>(x);
-    with_sharded_op(op, [&](auto functor) {
+    with_fused_op(op, "sharded-hidden passes", [&](auto functor) {
       constexpr bool centered = decltype(functor)::kCentered;
       TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() && stats.numel() == (centered ? 2 : 1) * a.rows &&
                       stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat),
@@ -217,7 +171,7 @@ void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Te
                 (y.size(0) <= 1 || (y.stride(0) * y.element_size()) % 16 == 0);
     for (const auto* p : {&weight, &bias}) a.vectors = a.vectors && (!*p || reinterpret_cast<uintptr_t>((*p)->const_data_ptr()) % 16 == 0);
     const A* s = checked_stats<A>(x, stats, a.rows);
-    with_sharded_op(op, [&](auto functor) {
+    with_fused_op(op, "sharded-hidden passes", [&](auto functor) {
       using Op = decltype(functor);
       TORCH_CHECK(!bias || Op::kBiased, "normscan: rms_norm takes no bias: bias must be None");
       with_param_type<T, Op>(fp32, [&](auto typed) {

@@ -256,6 +256,8 @@ template <typename Op> constexpr bool kWritesStats = Op::kGrouped || Op::kRowSta
   X(0, L2NormOp) X(1, L1NormOp) X(2, RmsNormOp) X(3, SoftmaxOp) X(4, LogSoftmaxOp) X(5, LayerNormOp) \
   X(6, GroupNormOp)
 #endif
+// The ops with out-dtype forms (out_binding.cu).
+#define NORMSCAN_REDUCE_SCALE_OUT_OPS(X) X(2, RmsNormOp) X(5, LayerNormOp)
 
 NORMSCAN_OP_VISITOR(with_reduce_scale_op, NORMSCAN_REDUCE_SCALE_OPS)
 
