@@ -154,8 +154,9 @@ def test_extension_compiles_for_sm80_and_sm90_without_spills(extension, tmp_path
     if extension in STORED_WHOLE:
         assert_vectors_stored_whole((keep / f"{extension}.compute_90.ptx").read_text(), *STORED_WHOLE[extension])
     kernels = re.findall(r"Compiling entry function '(\w+)' for '(sm_\d+)'", run.stderr)
-    # Every op in every dtype (a backward: every functor with one): a kernel each, for each arch.
-    family = extension.removesuffix(_build.BACKWARD)
+    # Every op in every dtype (a backward or the out forms: every functor they serve): a kernel
+    # each, for each arch.
+    family = _build.extension_family(extension)
     served = ([s for s in REGISTRY.values() if s.family.name == family] if extension == family
               else list(_build.extension_ops(extension)))
     assert served and len(kernels) >= 2 * 4 * len(served), len(kernels)

@@ -211,6 +211,8 @@ def test_build_takes_each_ops_forward_and_its_fused_backward():
         ("reduce_scale_backward", ids["softmax"]), ("scan_backward", ids["cumprod"])]
     # group_norm and batch_norm: one functor, one build; they have no fused backward yet
     assert build.builds(["rms_norm"], False) == [("reduce_scale", ids["rms_norm"])]
+    assert build.builds(["rms_norm", "softmax"], False, out=True) == [
+        ("reduce_scale", ids["rms_norm"]), ("reduce_scale", ids["softmax"]), ("reduce_scale_out", ids["rms_norm"])]
 
 
 def test_export_into_a_file_or_an_unwritable_folder_is_one_line(tmp_path):

@@ -60,7 +60,8 @@ def facts() -> list[tuple[str, str]]:
             rows.append((f"{extension} kernels built", "no: the CUDA kernels cannot be built or run here (no CUDA "
                                                        "device); CPU tensors use the reference"))
             continue
-        use = "a gradient through it" if extension.endswith(_build.BACKWARD) else "its first call"
+        use = ("a gradient through it" if extension.endswith(_build.BACKWARD) else
+               "its first call with out_dtype=" if extension.endswith(_build.OUT) else "its first call")
         built = [f for f, op in _build.extension_ops(extension).items() if _build.is_built(extension, op)]
         rows.append((f"{extension} kernels built", f"{', '.join(built) or 'none'} (each op's on {use})"))
     return rows

@@ -29,15 +29,15 @@ template <typename T, typename F> void with_residual_type(bool same, F&& f) {
   f(TypeTag<T>{});
 }
 
-// f(functor) for rms_norm's and layer_norm's ops, which have the fused forms; `form` names
+// f(functor) for rms_norm's and layer_norm's ops, which have the fused forms; `what` names
 // the form in the error for the others.
-template <typename F> void with_fused_op(int64_t op, const char* form, F&& f) {
+template <typename F> void with_fused_op(int64_t op, const char* what, F&& f) {
   const bool known = with_reduce_scale_op(op, [&](auto functor) {
     using Op = decltype(functor);
     if constexpr (std::is_same<Op, RmsNormOp>::value || std::is_same<Op, LayerNormOp>::value) {
       f(functor);
     } else {
-      TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no ", form, " (rms_norm and layer_norm do)");
+      TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no ", what, " (rms_norm and layer_norm do)");
     }
   });
   TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
