@@ -116,7 +116,7 @@ def _cuda(x, residual, count, weight, bias, eps, layer, out_dtype, out_scale, dy
     h = None if residual is None else torch.empty(x.shape, dtype=residual.dtype, device=x.device)
     rows = math.prod(x.shape[:x.dim() - count])
     scales = torch.empty(rows if dynamic else 0, dtype=torch.float32, device=x.device)
-    flat_w, flat_b = (None if t is None else t.reshape(-1) for t in (weight, bias))
+    flat_w, flat_b = (None if t is None else t.reshape(-1).contiguous() for t in (weight, bias))
     ext = _build.load("reduce_scale_out", spec.op_id)
     if ext.reduce_scale_out(_rows(x, count), None if residual is None else _rows(residual, count),
                             None if h is None else _rows(h, count), _rows(y, count), flat_w, flat_b, spec.op_id, eps,

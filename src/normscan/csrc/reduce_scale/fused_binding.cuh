@@ -8,14 +8,16 @@
 namespace normscan {
 
 // A (rows, length) operand of a fused form: on x's device, of `type`; whether its rows are
-// contiguous and 16-byte aligned, as the kernel needs them.
-inline bool fused_operand(const at::Tensor& x, const at::Tensor& t, at::ScalarType type, const char* name) {
+// contiguous and start on `align` bytes (its vectors' size: 16, less for a y narrower than x),
+// as the kernel needs them.
+inline bool fused_operand(const at::Tensor& x, const at::Tensor& t, at::ScalarType type, const char* name,
+                          int64_t align = 16) {
   TORCH_CHECK(t.dim() == 2 && t.sizes() == x.sizes() && t.device() == x.device() && t.scalar_type() == type,
               "normscan: the fused form's ", name, " must be a (rows, length) tensor of x's shape and device, of "
               "the dtype its form gives it (h: the residual's; y: x's, or out_dtype)");
   const bool rows_contiguous = t.size(1) <= 1 || t.stride(1) == 1;
-  const bool rows_aligned = t.size(0) <= 1 || (t.stride(0) * t.element_size()) % 16 == 0;
-  return rows_contiguous && rows_aligned && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
+  const bool rows_aligned = t.size(0) <= 1 || (t.stride(0) * t.element_size()) % align == 0;
+  return rows_contiguous && rows_aligned && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % align == 0;
 }
 
 template <typename R> struct TypeTag {

@@ -2,6 +2,8 @@
 // of their own, built on first use of out_dtype=, so that rms_norm's and layer_norm's own
 // builds do not compile their kernels.
 
+#include <algorithm>
+
 #include "../device/fp8.cuh"
 #include "fused_binding.cuh"
 
@@ -56,7 +58,9 @@ bool reduce_scale_out(const at::Tensor& x, const std::optional<at::Tensor>& resi
   const auto rtype = residual ? residual->scalar_type() : type;
   TORCH_CHECK(rtype == type || (half && rtype == at::kFloat), "normscan: the residual must have x's dtype, or float32 "
               "beside a 16-bit x");
-  bool held = fused_operand(x, x, type, "x") & fused_operand(x, y, otype, "y");
+  // y's vectors: x's 16-byte ones' elements in y's dtype (an FP8 y of bf16 x: 8 bytes).
+  const int64_t y_align = std::min<int64_t>(16, 16 / x.element_size() * y.element_size());
+  bool held = fused_operand(x, x, type, "x") & fused_operand(x, y, otype, "y", y_align);
   if (residual) held = held & fused_operand(x, *residual, rtype, "residual") & fused_operand(x, *h, rtype, "h");
   const bool fp32 = fp32_params(x, weight, bias);
   check_param(x, weight, x.size(1), fp32);
