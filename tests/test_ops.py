@@ -241,8 +241,9 @@ def test_zero_d_rms_norm_with_a_weight():
 
 def test_public_functions_have_their_references_signature_and_their_doc():
     """Each op's arguments are its reference's (the custom op's order); rms_norm's public form
-    is F.rms_norm's; the norms' dim form and weight_offset are by keyword."""
-    keyword_only = {"rms_norm": ["dim", "weight_offset", "residual"], "layer_norm": ["dim", "weight_offset", "residual"]}
+    is F.rms_norm's; the norms' dim form, weight_offset, residual and the output forms are by keyword."""
+    norm_keywords = ["dim", "weight_offset", "residual", "out_dtype", "out_scale"]
+    keyword_only = {"rms_norm": norm_keywords, "layer_norm": norm_keywords}
     for name, spec in REGISTRY.items():
         fn = getattr(normscan, name)
         assert fn is getattr(ops, name) and fn.__name__ == name and inspect.getdoc(fn) == spec.doc

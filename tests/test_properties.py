@@ -47,12 +47,19 @@ def tensors(draw):
     return x
 
 
-def _close(ours: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> None:
+def _error(ours: torch.Tensor, exact: torch.Tensor) -> float:
+    scale = exact.abs().clamp_min(1).cpu()
+    error = ((ours.double().cpu() - exact.cpu()).abs() / scale).nan_to_num(0)
+    return error.max().item() if error.numel() else 0.0
+
+
+def _close(ours: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype, theirs: torch.Tensor | None = None) -> None:
+    """Within the dtype's bound of the float64 answer, or, given PyTorch's own answer in the
+    dtype, within twice its error where the draw is ill-conditioned beyond that bound."""
     assert ours.dtype == dtype and ours.shape == exact.shape
-    scale = exact.abs().clamp_min(1)
-    error = ((ours.double().cpu() - exact.cpu()).abs() / scale.cpu()).nan_to_num(0)
     assert torch.equal(ours.isnan().cpu(), exact.isnan().cpu())
-    assert error.max().item() <= BOUND[dtype] if error.numel() else True
+    bound = BOUND[dtype] if theirs is None else max(BOUND[dtype], 2 * _error(theirs, exact))
+    assert _error(ours, exact) <= bound
 
 
 @settings(max_examples=60, deadline=None)
@@ -95,5 +102,8 @@ def test_layer_norm_over_drawn_trailing_dims(x, count, affine):
     w = torch.rand(shape, dtype=torch.float64).add(0.5).to(x.device) if affine else None
     b = torch.randn(shape, dtype=torch.float64).to(x.device) if affine else None
     exact = F.layer_norm(x.double(), shape, w, b, 1e-5)
-    ours = normscan.layer_norm(x, shape, None if w is None else w.to(x.dtype), None if b is None else b.to(x.dtype))
-    _close(ours, exact, x.dtype)
+    w, b = (None if t is None else t.to(x.dtype) for t in (w, b))
+    ours = normscan.layer_norm(x, shape, w, b)
+    # A row's float32 mean carries an error of its magnitude times float32's spacing, which
+    # (x - mean) / std magnifies where the row's spread is small beside its mean.
+    _close(ours, exact, x.dtype, theirs=F.layer_norm(x, shape, w, b, 1e-5))
