@@ -100,6 +100,15 @@ def _quantized(y: torch.Tensor, count: int, out_dtype: torch.dtype, out_scale, d
     return (y32 * (1 / out_scale.reshape(()))).clamp(-fmax, fmax).to(out_dtype), y.new_empty(0, dtype=torch.float32)
 
 
+def expression(name: str, x: torch.Tensor, count: int, weight, bias, eps: float, out_dtype: torch.dtype,
+               out_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, each row's scale or an empty tensor) by PyTorch's ops, no residual: the norm in
+    float32 (float64), then the scale and the rounding; what the forms compute in one pass."""
+    dynamic = out_dtype in FP8 and out_scale is None
+    y, _, scales = _reference(x, None, count, weight, bias, eps, name == "layer_norm", out_dtype, out_scale, dynamic)
+    return y, scales.view(_scale_shape(x, count)) if dynamic else scales
+
+
 def _reference(x, residual, count, weight, bias, eps, layer, out_dtype, out_scale, dynamic):
     h = None if residual is None else x + residual
     src = x if h is None else h
@@ -191,4 +200,4 @@ def call(name: str, x: torch.Tensor, count: int, weight, bias, eps, residual, ou
     return out[0] if len(out) == 1 else out
 
 
-__all__ = ["FP8", "call", "checked", "norm_out", "supported"]
+__all__ = ["FP8", "call", "checked", "expression", "norm_out", "supported"]

@@ -345,3 +345,25 @@ def test_a_peer_that_refuses_an_entry_is_noted_and_the_rest_timed():
                           baselines={"eager": refuse, "compile": eager})
     with pytest.raises(RuntimeError, match="exceeds"):
         timing.run_entries([broken], bench.ours, repeat=2, rounds=1, device="cpu")
+
+
+def test_out_entries_time_fp8_y_with_its_floor_and_their_check_can_fail():
+    """The out_dtype forms' entries (sweep, 16-bit): rms_norm+w and layer_norm+w+b to FP8 e4m3
+    with each row's scale, floor x read and y written (3 bytes an element of bf16 x), beside
+    PyTorch's norm, scale and cast; their check takes a y off by a spacing as wrong."""
+    from normscan import out_forms
+    from normscan.bench import catalogue, timing
+    entries = [e for e in catalogue.sweep_entries(["rms_norm", "layer_norm"], [torch.bfloat16, torch.float32])
+               if e.out_dtype is not None]
+    assert {(e.op, e.shape[-1]) for e in entries} == {(op, n) for op in ("rms_norm", "layer_norm")
+                                                       for n in catalogue.OUT_HIDDEN}
+    for e in entries:
+        assert e.dtype == torch.bfloat16 and e.bytes_moved == math.prod(e.shape) * 3 and e.label.endswith("float8_e4m3fn")
+    (entry,) = catalogue.on_cpu([entries[0]])
+    good = bench.ours(entry)
+    assert timing.check_out(entry, good, "cpu")[2]
+
+    def off_by_a_spacing(x, p):
+        y, s = good(x, p)
+        return (y.float() * 1.2).to(out_forms.FP8[0]), s
+    assert not timing.check_out(entry, off_by_a_spacing, "cpu")[2]

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from .problems import all_problems
-from .. import regions
+from .. import out_forms, regions
 from ..registry import REGISTRY, OpSpec
 from .timing import Entry
 
@@ -67,6 +67,11 @@ TRAINING_SCAN_SHAPES = [((8192, 32768), 1), ((8192, 32768), 0)]
 # dh read, dx (d residual: the same tensor) written.
 RESIDUAL_OPS = ("rms_norm", "layer_norm")
 RESIDUAL_TENSORS = {"forward": 4, "backward": 4, "forward+backward": 8}
+# The out_dtype forms as an inference engine calls them before an FP8 matmul: 16-bit x, y in
+# FP8 e4m3 with each row's own scale, beside PyTorch's norm, scale and cast (and its
+# torch.compile), rows filling TRAINING_BYTES; the floor reads x and writes y.
+OUT_HIDDEN = (2048, 8192, 32768)
+OUT_DTYPE = torch.float8_e4m3fn
 # Full-tensor reads and writes the fewest a backward needs: a norm's reads x and the
 # gradient and writes dx; cumsum's reads the gradient and writes dx (masked, the mask too);
 # cumprod's reads x and the gradient, and writes dx (the forward's output is recomputed).
@@ -163,9 +168,10 @@ CPU_ELEMENTS = 1 << 18
 
 def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict | None = None,
            params: tuple[str, ...] = (), with_peers: bool = False, mode: str = "forward",
-           residual: bool = False) -> Entry:
+           residual: bool = False, out_dtype: torch.dtype | None = None) -> Entry:
     """An entry of the op (of its residual form where `residual`: a residual drawn beside
-    `params`); its mask (masked_cumsum's) always drawn, beside `params`."""
+    `params`; of its out_dtype form where `out_dtype`); its mask (masked_cumsum's) always
+    drawn, beside `params`."""
     kwargs = dict(kwargs or {})
     params = tuple(params) + (("mask",) if spec.takes("mask") and "mask" not in params else ())
     params = params + (("residual",) if residual and "residual" not in params else ())
@@ -175,6 +181,8 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
             h = x + p["residual"]
             rest = {n: t for n, t in p.items() if n != "residual"}
             return spec.expression(h, dim, *spec.args(dict(kwargs, **rest))), h
+        if out_dtype is not None:
+            return out_forms.expression(spec.name, x, 1, p.get("weight"), p.get("bias"), kwargs["eps"], out_dtype)
         return spec.expression(x, dim, *spec.args(dict(kwargs, **p)))
     baselines = {"eager": eager, "compile": eager}  # "compile" is compiled per entry when timed
     if with_peers:
@@ -195,7 +203,7 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
         tensors = RESIDUAL_TENSORS[mode]
     other_bytes = (2 if mode == "forward+backward" else 1) if spec.takes("mask") else 0  # a bool mask, read
     return Entry(f"{label} {mode}" if mode != "forward" else label, spec.name, tuple(shape), dtype, dim, kwargs,
-                 params, baselines, mode, tensors, other_bytes, residual)
+                 params, baselines, mode, tensors, other_bytes, residual, out_dtype)
 
 
 def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str,
@@ -214,6 +222,24 @@ def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str,
             out.append(_entry(f"{spec.name}{tag}+residual {shape[0]}x{n} {dt}", spec, shape, dtype,
                               shape[-1:] if spec.trailing else -1, {"eps": 1e-5}, params=params, with_peers=True,
                               mode=mode, residual=True))
+    return out
+
+
+def _out_entries(specs: list[OpSpec], dtype: torch.dtype) -> list[Entry]:
+    """The out_dtype forms of RESIDUAL_OPS (rms_norm weighted, layer_norm with weight and
+    bias) at OUT_HIDDEN, y in OUT_DTYPE with each row's scale."""
+    out = []
+    dt = str(dtype).replace("torch.", "")
+    for spec in specs:
+        if spec.name not in RESIDUAL_OPS:
+            continue
+        params = ("weight", "bias") if spec.takes("bias") else ("weight",)
+        for n in OUT_HIDDEN:
+            shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
+            tag = "".join(f"+{name[0]}" for name in params)
+            out.append(_entry(f"{spec.name}{tag} {shape[0]}x{n} {dt} to {str(OUT_DTYPE).replace('torch.', '')}", spec,
+                              shape, dtype, shape[-1:] if spec.trailing else -1, {"eps": 1e-5}, params=params,
+                              out_dtype=OUT_DTYPE))
     return out
 
 
@@ -264,6 +290,8 @@ def sweep_entries(ops: list[str] | None, dtypes: list[torch.dtype]) -> list[Entr
                 for shape in ROW_SHAPES:
                     out.append(_entry(f"{spec.name} {shape} {dt}", spec, shape, dtype, 1))
         out += _residual_entries(specs, dtype, "forward")
+        if dtype in (torch.float16, torch.bfloat16):
+            out += _out_entries(specs, dtype)
         for spec in specs:  # the channel RMSNorm in every dtype asked (issue #22: fp32 and 16-bit)
             if spec.family.name == "reduce_scale" and spec.takes("weight") and isinstance(spec.region, regions.Dim):
                 for shape in CHANNEL_SHAPES:
@@ -349,7 +377,8 @@ def on_cpu(entries: list[Entry]) -> list[Entry]:
         label = label if shape == e.shape else f"{label} at {shape}"
         dim = shape[len(shape) - len(e.dim):] if isinstance(e.dim, tuple) else e.dim  # normalized_shape, reduced too
         with_peers = any(name not in ("eager", "compile") for name in e.baselines)
-        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.params, with_peers, e.mode, e.residual))
+        out.append(_entry(label, spec, shape, e.dtype, dim, e.kwargs, e.params, with_peers, e.mode, e.residual,
+                          e.out_dtype))
     return out
 
 

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from .. import reference, regions
+from .. import out_forms, reference, regions
 from ..registry import REGISTRY
 from . import testing
 
@@ -68,10 +68,15 @@ class Entry:
     tensors: int = 2         # full-tensor reads and writes the fewest an implementation needs
     other_bytes: int = 0     # and bytes an element of the op's other inputs (a bool mask: 1)
     residual: bool = False   # the op's residual form: fn(x, p) gives (y, h), h = x + p["residual"]
+    # The op's out_dtype form: fn(x, p) gives (y, each row's scale) for FP8, y in out_dtype else;
+    # x read in its dtype, y written in out_dtype.
+    out_dtype: torch.dtype | None = None
 
     @property
     def bytes_moved(self) -> int:
         itemsize = torch.empty((), dtype=self.dtype).element_size()
+        if self.out_dtype is not None:
+            return math.prod(self.shape) * (itemsize + torch.empty((), dtype=self.out_dtype).element_size())
         return math.prod(self.shape) * (self.tensors * itemsize + self.other_bytes)
 
 
@@ -275,11 +280,40 @@ def check_residual(entry: Entry, fn: Callable, device: str) -> tuple[float, floa
     return error, bound, not mismatch and error <= bound and torch.equal(h, x + p["residual"])
 
 
+def check_out(entry: Entry, fn: Callable, device: str) -> tuple[float, float, bool]:
+    """An out_dtype form's y on fresh inputs against float64's norm: an FP8 y within one spacing
+    of the format of y64 / its scale (error in spacings, bound 1), the per-row scale within
+    1e-5 of float64's; another y within NORM_BOUNDS of its dtype: (error, bound, ok)."""
+    spec = REGISTRY[entry.op]
+    x = testing.maker(entry.shape, entry.dtype, testing.values_of(spec))(device)
+    p = params(entry, device)
+    with torch.no_grad():
+        out = fn(x, p)
+    exact = spec.expression(x.double(), entry.dim, *spec.args(dict(entry.kwargs, **{n: t.double() for n, t in p.items()}),
+                                                             torch.float64))
+    if entry.out_dtype not in out_forms.FP8:
+        error, mismatch = testing.rel_error(out, exact)
+        bound = testing.NORM_BOUNDS[entry.out_dtype]
+        return error, bound, not mismatch and error <= bound and out.dtype == entry.out_dtype
+    y, scales = out
+    fmax = torch.finfo(entry.out_dtype).max
+    rows = exact.reshape(scales.numel(), -1)
+    want = (rows.abs().amax(-1) / fmax).clamp_min(1 / (fmax * out_forms.ROW_SCALE_FLOOR))
+    scale_error = ((scales.double().reshape(-1) - want).abs() / want).max().item()
+    t = (rows / scales.double().reshape(-1, 1)).clamp(-fmax, fmax)
+    mantissa, lowest = {torch.float8_e4m3fn: (3, -6), torch.float8_e5m2: (2, -14)}[entry.out_dtype]
+    spacing = torch.exp2(torch.floor(torch.log2(t.abs().clamp_min(1e-300))).clamp_min(lowest) - mantissa)
+    error = ((y.reshape(rows.shape).double() - t).abs() / spacing).max().item()
+    return error, 1.0, error <= 1.0 and scale_error <= 1e-5 and y.dtype == entry.out_dtype
+
+
 def check_entry(entry: Entry, device: str, fn: Callable | None = None) -> tuple[float, float, bool]:
     """Ours against float64 on fresh inputs (a sample of slices for big ones): (error, bound, ok).
-    A residual form's by check_residual, on fn (ours)."""
+    A residual form's by check_residual, an out_dtype form's by check_out, on fn (ours)."""
     if entry.residual:
         return check_residual(entry, fn, device)
+    if entry.out_dtype is not None:
+        return check_out(entry, fn, device)
     spec = REGISTRY[entry.op]
     case = testing.Case(entry.label, entry.op, testing.maker(entry.shape, entry.dtype, testing.values_of(spec)), entry.dim,
                         dict(entry.kwargs), with_weight="weight" in entry.params)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ... import __version__, _build, residual
+from ... import __version__, _build, out_forms, residual
 from ...registry import REGISTRY
 from .. import catalogue, timing
 from ..problems import all_problems
@@ -32,8 +32,13 @@ DEFAULT_ROUNDS = 3
 
 def ours(entry: timing.Entry):
     """normscan's public function on an entry's arguments, as fn(x, p) (a residual form's
-    (y, h))."""
+    (y, h); an out_dtype form's (y, scale))."""
     spec = REGISTRY[entry.op]
+    if entry.out_dtype is not None:
+        def converted(x, p):
+            return out_forms.call(spec.name, x, 1, p.get("weight"), p.get("bias"), entry.kwargs["eps"], None,
+                                  entry.out_dtype, None)
+        return converted
     if entry.residual:
         def form(x, p):
             given = dict(entry.kwargs, **p)
