@@ -89,8 +89,9 @@ def test_out_forms_match_float64(name, x_dtype, out_dtype, length, device):
     for case, (residual_dtype, param_dtype, static) in enumerate(
             [(None, x_dtype, False), (x_dtype, torch.float32, fp8), (torch.float32 if half else None, torch.float32, False)]):
         x, r = _inputs(5, length, x_dtype, device, residual_dtype, seed=length + case)
-        w = torch.randn(length, dtype=torch.float64).to(param_dtype).to(device)
-        b = torch.randn(length, dtype=torch.float64).to(param_dtype).to(device) if name == "layer_norm" else None
+        g = torch.Generator().manual_seed(28 + case)
+        w, b = (torch.randn(length, generator=g, dtype=torch.float64).to(param_dtype).to(device) for _ in range(2))
+        b = b if name == "layer_norm" else None
         scale = torch.tensor([0.02], device=device) if static else None
         fn = getattr(normscan, name)
         out = fn(x, (length,), w, *([b] if b is not None else []), eps=1e-5, residual=r, out_dtype=out_dtype,
