@@ -55,11 +55,18 @@ template <typename O> __device__ __forceinline__ float min_row_scale() { return 
 // register target their FP8 kernels spilled; the residual form's keeps its bound (0: none asked).
 template <typename T, typename O> constexpr int kFusedMinBlocks = std::is_same<O, T>::value ? 0 : 1;
 
-// K vectors a thread (2, 4 or 8), up to 512 threads a block: two blocks of a row each an SM,
-// so that one row's loads overlap another's reductions; h of 8 vectors of a float32 residual
-// beside 16-bit x fits the 128 registers a thread that leaves (K = 16 spilled).
+// The most threads a block. The residual form's rows of 2049-4096 vectors of 16-bit or float64
+// x take 4 vectors a thread on up to 1024 (64 registers: 32 warps an SM): 8 on 512 took 105
+// registers (16 warps) and spilled at 64. Float32 x's take 8 on 512 (64 registers: two
+// blocks), and so do the out forms, whose FP8 kernels need more than 64.
+template <typename T, typename O>
+constexpr int kFusedMaxThreads = std::is_same<O, T>::value && !std::is_same<T, float>::value ? 1024 : 512;
+
+// K vectors a thread (2, 4 or 8). Rows of up to 2048 vectors take at most 512 threads, two
+// blocks of a row each an SM, so that one row's loads overlap another's reductions.
 template <typename T, typename R, typename P, typename O, typename Op, int K, bool RESIDUAL>
-__global__ void __launch_bounds__(512, kFusedMinBlocks<T, O>) fused_norm_rows_kernel(FusedRowsArgs<T, R, P, O> a) {
+__global__ void __launch_bounds__(kFusedMaxThreads<T, O>, kFusedMinBlocks<T, O>)
+    fused_norm_rows_kernel(FusedRowsArgs<T, R, P, O> a) {
   using A = acc_t<T>;
   constexpr int V = vec16<T>();
   constexpr bool kFp8 = OutFormat<O>::kFp8;
@@ -175,11 +182,11 @@ __global__ void __launch_bounds__(512, kFusedMinBlocks<T, O>) fused_norm_rows_ke
   }
 }
 
-// The vectors a thread holds for a row of `nvec` vectors (2 up to 1024, 4 up to 2048, 8 up to
-// 4096: rows of up to 32768 16-bit elements), and the block's threads; {0, 0} where no kernel
-// holds it.
-template <int V> inline int2 fused_rows_shape(int64_t nvec) {
-  const int k = nvec <= 1024 ? 2 : nvec <= 2048 ? 4 : 8;
+// The vectors a thread holds for a row of `nvec` vectors (2 up to 1024, 4 up to 2048, then 4
+// or 8 as MAX_THREADS allows, up to 4096: rows of up to 32768 16-bit elements), and the
+// block's threads; {0, 0} where no kernel holds it.
+template <int MAX_THREADS> inline int2 fused_rows_shape(int64_t nvec) {
+  const int k = nvec <= 1024 ? 2 : nvec <= 2048 || MAX_THREADS >= 1024 ? 4 : 8;
   if (nvec > 4096) return make_int2(0, 0);
   const int64_t threads = (ceil_div(nvec, k) + 31) / 32 * 32;
   return make_int2(k, static_cast<int>(threads < 32 ? 32 : threads));
@@ -193,21 +200,21 @@ constexpr int kFusedMostVectors = OutFormat<O>::kFp8 && sizeof(R) > sizeof(T) ? 
 // Whether fused_norm_rows holds rows of `length` elements of T (h of R, y of O).
 template <typename T, typename R = T, typename O = T> inline bool fused_rows_held(int64_t length) {
   if (length % vec16<T>() != 0) return false;
-  const int k = fused_rows_shape<vec16<T>()>(length / vec16<T>()).x;
+  const int k = fused_rows_shape<kFusedMaxThreads<T, O>>(length / vec16<T>()).x;
   return k > 0 && k <= kFusedMostVectors<T, R, O>;
 }
 
 template <typename T, typename R, typename P, typename O, typename Op, bool RESIDUAL>
 inline cudaError_t launch_fused_norm_rows(const FusedRowsArgs<T, R, P, O>& a, cudaStream_t stream) {
   constexpr int V = vec16<T>();
-  const int2 shape = fused_rows_shape<V>(a.length / V);
+  const int2 shape = fused_rows_shape<kFusedMaxThreads<T, O>>(a.length / V);
   const unsigned grid = static_cast<unsigned>(min64(a.rows, int64_t(1) << 30));
   if (a.rows == 0) return cudaSuccess;
   switch (shape.x) {
     case 2: fused_norm_rows_kernel<T, R, P, O, Op, 2, RESIDUAL><<<grid, shape.y, 0, stream>>>(a); break;
     case 4: fused_norm_rows_kernel<T, R, P, O, Op, 4, RESIDUAL><<<grid, shape.y, 0, stream>>>(a); break;
     case 8:
-      if constexpr (kFusedMostVectors<T, R, O> >= 8) {
+      if constexpr (kFusedMostVectors<T, R, O> >= 8 && kFusedMaxThreads<T, O> <= 512) {
         fused_norm_rows_kernel<T, R, P, O, Op, 8, RESIDUAL><<<grid, shape.y, 0, stream>>>(a);
         break;
       }
