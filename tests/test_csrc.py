@@ -1,7 +1,7 @@
 """csrc/ without a GPU: each family's extension source (its binding with torch's headers, and
 every kernel it instantiates) through nvcc's device passes for sm_80 and sm_90, with no
-register spill and no stack frame; the tools' torch-free build; and the op lists against the
-registry."""
+register spill and no stack frame; the tools' torch-free build; the fused forms' shape policy
+(host code); and the op lists against the registry."""
 
 import re
 import shutil
@@ -247,3 +247,55 @@ def test_kernel_bench_compiles(tmp_path):
         ids = family.functor_ids()
         found = {f for f in ids if f"{len(f)}{f}".encode() in built}  # as the functor's name is mangled
         assert found == {f for f, i in ids.items() if i == 0}, family.name
+
+
+# The fused forms' shapes (fused_rows.cuh's policy), host code alone: a row of `length`
+# elements -> (vectors a thread, block threads), (0, 0) where the kernel does not hold it.
+_FUSED_ROWS_PROBE = r"""
+#include <cstdio>
+#include <cuda_bf16.h>
+#include "device/fp8.cuh"
+#include "reduce_scale/ops.cuh"
+#include "reduce_scale/fused_rows.cuh"
+using namespace normscan;
+template <typename T, typename R, typename O> void shapes(const char* form) {
+  for (long n : {1000L, 8192L, 16384L, 16392L, 32768L, 65536L}) {
+    const int2 s = fused_rows_held<T, R, O>(n) ? fused_rows_shape<kFusedMaxThreads<T, O>>(n / vec16<T>())
+                                                : make_int2(0, 0);
+    std::printf("%s %ld %d %d\n", form, n, s.x, s.y);
+  }
+}
+int main() {
+  shapes<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>("bf16");
+  shapes<__nv_bfloat16, float, __nv_bfloat16>("bf16+fp32h");
+  shapes<float, float, float>("fp32");
+  shapes<double, double, double>("fp64");
+  shapes<__nv_bfloat16, __nv_bfloat16, __nv_fp8_e4m3>("bf16->e4m3");
+  shapes<__nv_bfloat16, float, __nv_fp8_e4m3>("bf16+fp32h->e4m3");
+}
+"""
+_FUSED_ROWS_SHAPES = {
+    "bf16": [(2, 64), (2, 512), (4, 512), (4, 544), (4, 1024), (0, 0)],
+    "bf16+fp32h": [(2, 64), (2, 512), (4, 512), (4, 544), (4, 1024), (0, 0)],
+    "fp32": [(2, 128), (4, 512), (8, 512), (0, 0), (0, 0), (0, 0)],
+    "fp64": [(2, 256), (4, 1024), (0, 0), (0, 0), (0, 0), (0, 0)],
+    "bf16->e4m3": [(2, 64), (2, 512), (4, 512), (8, 288), (8, 512), (0, 0)],
+    "bf16+fp32h->e4m3": [(2, 64), (2, 512), (4, 512), (0, 0), (0, 0), (0, 0)],
+}
+
+
+@pytest.mark.nvcc
+def test_fused_rows_shapes_are_the_policys(tmp_path):
+    """Which rows the residual and out forms hold, and how (rows of 1000-65536 elements): a
+    change of fused_rows.cuh's policy shows here as a diff, without a GPU."""
+    src = tmp_path / "probe.cu"
+    src.write_text(_FUSED_ROWS_PROBE)
+    build = subprocess.run([NVCC, "-std=c++17", "-I", str(_build.CSRC), str(src), "-o", str(tmp_path / "probe")],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-4000:]
+    shapes: dict[str, list[tuple[int, int]]] = {}
+    for line in subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, check=True).stdout.split("\n"):
+        if line:
+            form, _, k, threads = line.split()
+            shapes.setdefault(form, []).append((int(k), int(threads)))
+    assert shapes == _FUSED_ROWS_SHAPES
