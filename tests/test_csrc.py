@@ -260,8 +260,7 @@ _FUSED_ROWS_PROBE = r"""
 using namespace normscan;
 template <typename T, typename R, typename O> void shapes(const char* form) {
   for (long n : {1000L, 8192L, 16384L, 16392L, 32768L, 65536L}) {
-    const int2 s = fused_rows_held<T, R, O>(n) ? fused_rows_shape<kFusedMaxThreads<T, O>>(n / vec16<T>())
-                                                : make_int2(0, 0);
+    const int2 s = fused_rows_shape<T, R, O>(n);
     std::printf("%s %ld %d %d\n", form, n, s.x, s.y);
   }
 }

@@ -11,6 +11,7 @@ import torch
 
 import normscan
 from normscan import out_forms
+from normscan.bench.testing import fp8_spacing
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 FP8 = list(out_forms.FP8)
@@ -22,8 +23,6 @@ PAIRS = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch
 LENGTHS = [8, 1000, 4096, 12288, 1001, 40000]
 # A non-FP8 y against float64: its own rounding, once (float32's: the float32 computation).
 Y_BOUND = {torch.bfloat16: 2 ** -8, torch.float16: 2 ** -11, torch.float32: 1e-5}
-MANTISSA = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}
-MIN_EXPONENT = {torch.float8_e4m3fn: -6, torch.float8_e5m2: -14}
 
 
 def _inputs(rows, length, dtype, device, residual_dtype=None, seed=0):
@@ -50,12 +49,6 @@ def _expected(name, src, weight, bias, eps):
     return y
 
 
-def _fp8_ulp(t: torch.Tensor, dtype) -> torch.Tensor:
-    """The spacing of dtype's values around t (float64)."""
-    e = torch.floor(torch.log2(t.abs().clamp_min(1e-300))).clamp_min(MIN_EXPONENT[dtype])
-    return torch.exp2(e - MANTISSA[dtype])
-
-
 def _torch_float32(name, src, weight, bias, eps):
     """y of src by PyTorch's own float32 op."""
     w, b = (None if t is None else t.float() for t in (weight, bias))
@@ -75,7 +68,7 @@ def _check_fp8(q, scales, y64, dtype, y_torch=None):
     assert torch.isfinite(got).all()
     err = (got - t).abs()
     slack = 0 if y_torch is None else 2 * ((y_torch.double() / scales.double()).clamp(-fmax, fmax) - t).abs()
-    bad = err > _fp8_ulp(t, dtype) + slack
+    bad = err > fp8_spacing(t, dtype) + slack
     assert not bad.any(), (err[bad][:5], t[bad][:5])
 
 
@@ -217,15 +210,15 @@ def test_out_forms_are_batch_invariant(length, device="cuda"):
                                (b.view(torch.uint8) if b.dtype in out_forms.FP8 else b)[rows])
 
 
-def test_fp8_ulp_helper_can_fail():
+def test_fp8_spacing_helper_can_fail():
     """The FP8 check rejects a y one spacing off."""
     y64 = torch.tensor([[1.0, 3.0, 100.0]], dtype=torch.float64)
     s = torch.ones(1, 1)
     q = y64.to(torch.float8_e4m3fn)
     _check_fp8(q, s, y64, torch.float8_e4m3fn)
-    off = (y64 + _fp8_ulp(y64, torch.float8_e4m3fn) * 1.5).to(torch.float8_e4m3fn)
+    off = (y64 + fp8_spacing(y64, torch.float8_e4m3fn) * 1.5).to(torch.float8_e4m3fn)
     with pytest.raises(AssertionError):
         _check_fp8(off, s, y64, torch.float8_e4m3fn)
     with pytest.raises(AssertionError):
         _check_fp8(off, s, y64, torch.float8_e4m3fn, y_torch=y64.float())
-    assert math.isclose(_fp8_ulp(torch.tensor(1.0, dtype=torch.float64), torch.float8_e4m3fn).item(), 0.125)
+    assert math.isclose(fp8_spacing(torch.tensor(1.0, dtype=torch.float64), torch.float8_e4m3fn).item(), 0.125)

@@ -206,41 +206,35 @@ def _entry(label: str, spec: OpSpec, shape, dtype, dim: int | None, kwargs: dict
                  params, baselines, mode, tensors, other_bytes, residual, out_dtype)
 
 
-def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str,
-                      hidden: tuple[int, ...] = TRAINING_HIDDEN) -> list[Entry]:
-    """The residual forms of RESIDUAL_OPS at each hidden size, weighted (layer_norm with its
-    bias too), beside the peers."""
+def _fused_entries(specs: list[OpSpec], dtype: torch.dtype, hidden: tuple[int, ...], infix: str = "",
+                   suffix: str = "", **options) -> list[Entry]:
+    """RESIDUAL_OPS's entries at each hidden size, rows filling TRAINING_BYTES, weighted
+    (layer_norm with its bias too), labelled `{op}{params}{infix} {rows}x{hidden} {dtype}{suffix}`;
+    `options` are _entry's (the form: residual=, out_dtype=)."""
     out = []
     dt = str(dtype).replace("torch.", "")
     for spec in specs:
         if spec.name not in RESIDUAL_OPS:
             continue
         params = ("weight", "bias") if spec.takes("bias") else ("weight",)
+        tag = "".join(f"+{name[0]}" for name in params)
         for n in hidden:
             shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
-            tag = "".join(f"+{name[0]}" for name in params)
-            out.append(_entry(f"{spec.name}{tag}+residual {shape[0]}x{n} {dt}", spec, shape, dtype,
-                              shape[-1:] if spec.trailing else -1, {"eps": 1e-5}, params=params, with_peers=True,
-                              mode=mode, residual=True))
+            out.append(_entry(f"{spec.name}{tag}{infix} {shape[0]}x{n} {dt}{suffix}", spec, shape, dtype,
+                              shape[-1:] if spec.trailing else -1, {"eps": 1e-5}, params=params, **options))
     return out
+
+
+def _residual_entries(specs: list[OpSpec], dtype: torch.dtype, mode: str,
+                      hidden: tuple[int, ...] = TRAINING_HIDDEN) -> list[Entry]:
+    """The residual forms of RESIDUAL_OPS at each hidden size, beside the peers."""
+    return _fused_entries(specs, dtype, hidden, "+residual", with_peers=True, mode=mode, residual=True)
 
 
 def _out_entries(specs: list[OpSpec], dtype: torch.dtype) -> list[Entry]:
-    """The out_dtype forms of RESIDUAL_OPS (rms_norm weighted, layer_norm with weight and
-    bias) at OUT_HIDDEN, y in OUT_DTYPE with each row's scale."""
-    out = []
-    dt = str(dtype).replace("torch.", "")
-    for spec in specs:
-        if spec.name not in RESIDUAL_OPS:
-            continue
-        params = ("weight", "bias") if spec.takes("bias") else ("weight",)
-        for n in OUT_HIDDEN:
-            shape = (TRAINING_BYTES // (n * dtype.itemsize), n)
-            tag = "".join(f"+{name[0]}" for name in params)
-            out.append(_entry(f"{spec.name}{tag} {shape[0]}x{n} {dt} to {str(OUT_DTYPE).replace('torch.', '')}", spec,
-                              shape, dtype, shape[-1:] if spec.trailing else -1, {"eps": 1e-5}, params=params,
-                              out_dtype=OUT_DTYPE))
-    return out
+    """The out_dtype forms of RESIDUAL_OPS at OUT_HIDDEN, y in OUT_DTYPE with each row's scale."""
+    return _fused_entries(specs, dtype, OUT_HIDDEN, suffix=f" to {str(OUT_DTYPE).replace('torch.', '')}",
+                          out_dtype=OUT_DTYPE)
 
 
 def kernelbench_entries(ops: list[str] | None = None) -> list[Entry]:

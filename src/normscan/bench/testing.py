@@ -712,6 +712,17 @@ def _dt(dtype: torch.dtype) -> str:
 REL_ERROR_CHUNK = 1 << 26  # elements rel_error takes at a time
 
 
+# An FP8 format's mantissa bits and its smallest normal exponent (below it, subnormals'
+# fixed spacing).
+_FP8_BITS = {torch.float8_e4m3fn: (3, -6), torch.float8_e5m2: (2, -14)}
+
+
+def fp8_spacing(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The spacing of dtype's (an FP8 format's) values around t (float64)."""
+    mantissa, lowest = _FP8_BITS[dtype]
+    return torch.exp2(torch.floor(torch.log2(t.abs().clamp_min(1e-300))).clamp_min(lowest) - mantissa)
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, str]:
     """(relative error over finite reference values, mismatch description or "").
 

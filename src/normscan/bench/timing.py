@@ -302,8 +302,7 @@ def check_out(entry: Entry, fn: Callable, device: str) -> tuple[float, float, bo
     want = (rows.abs().amax(-1) / fmax).clamp_min(1 / (fmax * out_forms.ROW_SCALE_FLOOR))
     scale_error = ((scales.double().reshape(-1) - want).abs() / want).max().item()
     t = (rows / scales.double().reshape(-1, 1)).clamp(-fmax, fmax)
-    mantissa, lowest = {torch.float8_e4m3fn: (3, -6), torch.float8_e5m2: (2, -14)}[entry.out_dtype]
-    spacing = torch.exp2(torch.floor(torch.log2(t.abs().clamp_min(1e-300))).clamp_min(lowest) - mantissa)
+    spacing = testing.fp8_spacing(t, entry.out_dtype)
     # Near zero, where a bias cancels w * x_hat, a float32 y's error at the row's magnitude
     # spans several of so small a value's spacings.
     wide = spec.expression(x.float(), entry.dim, *spec.args(dict(entry.kwargs, **{n: t.float() for n, t in p.items()}),

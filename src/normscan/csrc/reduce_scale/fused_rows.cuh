@@ -182,39 +182,42 @@ __global__ void __launch_bounds__(kFusedMaxThreads<T, O>, kFusedMinBlocks<T, O>)
   }
 }
 
-// The vectors a thread holds for a row of `nvec` vectors (2 up to 1024, 4 up to 2048, then 4
-// or 8 as MAX_THREADS allows, up to 4096: rows of up to 32768 16-bit elements), and the
-// block's threads; {0, 0} where no kernel holds it.
-template <int MAX_THREADS> inline int2 fused_rows_shape(int64_t nvec) {
-  const int k = nvec <= 1024 ? 2 : nvec <= 2048 || MAX_THREADS >= 1024 ? 4 : 8;
-  if (nvec > 4096) return make_int2(0, 0);
+// The most vectors a thread holds: 4 where the block may take 1024 threads, and for an FP8 y
+// beside a float32 h of a 16-bit x (at 8, the scale's second pass over y spilled layer_norm's
+// kernels at the 128 registers a thread); 8 else.
+template <typename T, typename R, typename O>
+constexpr int kFusedMostVectors =
+    kFusedMaxThreads<T, O> >= 1024 || (OutFormat<O>::kFp8 && sizeof(R) > sizeof(T)) ? 4 : 8;
+
+// How fused_norm_rows holds a row of `length` elements of T (h of R, y of O): {vectors a
+// thread, the block's threads}: 2 up to 1024 vectors, 4 up to 2048, then kFusedMostVectors, on
+// at most kFusedMaxThreads (rows of up to 32768 16-bit elements); {0, 0} where it does not
+// (not whole vectors, or longer).
+template <typename T, typename R = T, typename O = T> inline int2 fused_rows_shape(int64_t length) {
+  constexpr int V = vec16<T>();
+  if (length % V != 0) return make_int2(0, 0);
+  const int64_t nvec = length / V;
+  const int k = nvec <= 1024 ? 2 : nvec <= 2048 ? 4 : kFusedMostVectors<T, R, O>;
   const int64_t threads = (ceil_div(nvec, k) + 31) / 32 * 32;
+  if (threads > kFusedMaxThreads<T, O>) return make_int2(0, 0);
   return make_int2(k, static_cast<int>(threads < 32 ? 32 : threads));
 }
 
-// The most vectors a thread holds: 4 for an FP8 y beside a float32 h of a 16-bit x (at 8, the
-// scale's second pass over y spilled layer_norm's kernels at the 128 registers a thread).
-template <typename T, typename R, typename O>
-constexpr int kFusedMostVectors = OutFormat<O>::kFp8 && sizeof(R) > sizeof(T) ? 4 : 8;
-
 // Whether fused_norm_rows holds rows of `length` elements of T (h of R, y of O).
 template <typename T, typename R = T, typename O = T> inline bool fused_rows_held(int64_t length) {
-  if (length % vec16<T>() != 0) return false;
-  const int k = fused_rows_shape<kFusedMaxThreads<T, O>>(length / vec16<T>()).x;
-  return k > 0 && k <= kFusedMostVectors<T, R, O>;
+  return fused_rows_shape<T, R, O>(length).x > 0;
 }
 
 template <typename T, typename R, typename P, typename O, typename Op, bool RESIDUAL>
 inline cudaError_t launch_fused_norm_rows(const FusedRowsArgs<T, R, P, O>& a, cudaStream_t stream) {
-  constexpr int V = vec16<T>();
-  const int2 shape = fused_rows_shape<kFusedMaxThreads<T, O>>(a.length / V);
+  const int2 shape = fused_rows_shape<T, R, O>(a.length);
   const unsigned grid = static_cast<unsigned>(min64(a.rows, int64_t(1) << 30));
   if (a.rows == 0) return cudaSuccess;
   switch (shape.x) {
     case 2: fused_norm_rows_kernel<T, R, P, O, Op, 2, RESIDUAL><<<grid, shape.y, 0, stream>>>(a); break;
     case 4: fused_norm_rows_kernel<T, R, P, O, Op, 4, RESIDUAL><<<grid, shape.y, 0, stream>>>(a); break;
     case 8:
-      if constexpr (kFusedMostVectors<T, R, O> >= 8 && kFusedMaxThreads<T, O> <= 512) {
+      if constexpr (kFusedMostVectors<T, R, O> >= 8) {
         fused_norm_rows_kernel<T, R, P, O, Op, 8, RESIDUAL><<<grid, shape.y, 0, stream>>>(a);
         break;
       }
