@@ -78,7 +78,7 @@ def _fused_into_poison(spec, x, g, dim, given):
         v, gs, g_row_stride = backward._rows(gs, xs, dxs, xs.dim() - 1 if spec.trailing else dim)
         done, _, probe = _build.load("reduce_scale_backward", spec.op_id).reduce_scale_backward(
             xs, gs, torch.empty_like(dxs), weight.reshape(-1), True, False, None, spec.op_id, v, g_row_stride,
-            given["eps"], stats)
+            given["eps"], stats, None, 0)
         assert done
         part, part_buffer, part_guard = testing.guarded_output(probe, math.nan)
     grads = backward.reduce_scale(spec, g, x, dim, spec.args(given), True, stats, dx=dx, dw_part=part)

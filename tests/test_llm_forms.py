@@ -334,21 +334,55 @@ def test_residual_form_against_float64(name, shape, dtypes, device):
     assert torch.equal(h, x.detach() + r.detach())
     grads = torch.autograd.grad([y, h], leaves, [gy, gh])
     assert [t.dtype for t in grads] == [t.dtype for t in leaves]
-    wide = [t.detach().double().requires_grad_() for t in leaves]
-    b64 = wide[3] if b is not None else None
-    ey, eh = _residual_expression(name, *wide[:3], b64, count)
-    exact_grads = torch.autograd.grad([ey, eh], wide, [gy.double(), gh.double()])
+    b64 = leaves[3].detach().double() if b is not None else None
     h64 = h.detach().double()  # y is the norm of h as rounded to the residual's dtype
-    exact_y = _residual_expression(name, h64, torch.zeros_like(h64), wide[2].detach(), b64, count)[0]
-    tl = [t.detach().requires_grad_() for t in leaves]
-    ty, th = _residual_expression(name, *tl[:3], tl[3] if b is not None else None, count)
-    torch_grads = torch.autograd.grad([ty, th], tl, [gy, gh])
+    exact_y = _residual_expression(name, h64, torch.zeros_like(h64), w.detach().double(), b64, count)[0]
     error, mismatch = testing.rel_error(y, exact_y)
     assert not mismatch and error <= testing.NORM_BOUNDS[xd], ("y", error)
+    _check_residual_grads(name, grads, leaves, gy, gh, count)
+
+
+def _check_residual_grads(name, grads, leaves, gy, gh, count):
+    """dx, d residual, dw (and db) against float64 within twice PyTorch's own error (the add
+    and the norm apart) or the norms' bound."""
+    layer = len(leaves) == 4
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    ey, eh = _residual_expression(name, *wide[:3], wide[3] if layer else None, count)
+    exact_grads = torch.autograd.grad([ey, eh], wide, [gy.double(), gh.double()])
+    tl = [t.detach().requires_grad_() for t in leaves]
+    ty, th = _residual_expression(name, *tl[:3], tl[3] if layer else None, count)
+    torch_grads = torch.autograd.grad([ty, th], tl, [gy, gh])
     for i, (ours, ref, theirs) in enumerate(zip(grads, exact_grads, torch_grads)):
         error, mismatch = testing.rel_error(ours, ref)
         bound = max(2 * testing.rel_error(theirs, ref)[0], testing.NORM_BOUNDS[ours.dtype])
         assert not mismatch and error <= bound, (i, error, bound)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["contiguous", "broadcast", "transposed", "misaligned"])
+@pytest.mark.parametrize("dtypes", RESIDUAL_DTYPES[2:4], ids=lambda d: "-".join(str(t)[6:] for t in d))
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_residual_form_adds_the_gradient_of_h_in_any_layout(name, dtypes, layout):
+    """The eager backward adds h's gradient in the norm's pass: h's gradient broadcast (a
+    loss of h.sum()), transposed, or starting off a 16-byte boundary, each against float64,
+    the parameters' gradients in the same call; under torch.compile (the custom ops' path,
+    the add apart) the same bound."""
+    xd, rd, pd = dtypes
+    shape = (6, 4096)
+    torch.manual_seed(0)
+    x = torch.randn(shape, device="cuda").mul_(2).to(xd)
+    r = torch.randn(shape, device="cuda").to(rd)
+    w = (1 + 0.2 * torch.randn(shape[-1], device="cuda")).to(pd)
+    b = (0.2 * torch.randn(shape[-1], device="cuda")).to(pd) if name == "layer_norm" else None
+    gy = torch.randn(shape, device="cuda").to(xd)
+    gh = {"contiguous": lambda: torch.randn(shape, device="cuda", dtype=rd),
+          "broadcast": lambda: torch.randn(shape[-1], device="cuda", dtype=rd).expand(shape),
+          "transposed": lambda: torch.randn(shape[::-1], device="cuda", dtype=rd).t(),
+          "misaligned": lambda: torch.randn(math.prod(shape) + 1, device="cuda", dtype=rd)[1:].view(shape)}[layout]()
+    leaves = [t.requires_grad_() for t in (x, r, w) + ((b,) if b is not None else ())]
+    for call in (_residual_call, torch.compile(_residual_call, fullgraph=True, backend="aot_eager")):
+        y, h = call(name, x, r, w, b, 1)
+        _check_residual_grads(name, torch.autograd.grad([y, h], leaves, [gy, gh]), leaves, gy, gh, 1)
 
 
 @pytest.mark.gpu

@@ -89,11 +89,17 @@ def _rows(grad, x, dx, dim):
     v = view.fold(x, dx, dim)
     if v is None or not (v.inner == 1 and v.x_sl == 1 and v.y_sl == 1):
         return None
-    vg = view.fold(grad, dx, dim)
-    if vg is None or not (vg.inner == 1 and vg.x_sl == 1 and (v.outer <= 1 or (vg.outer, vg.y_so) == (v.outer, v.y_so))):
-        grad = _like(grad, dx)  # a gradient laid out unlike x (rows are then its contiguous runs)
-        vg = view.fold(grad, dx, dim)
-    return v, grad, vg.x_so
+    return (v, *_rows_beside(grad, v, dx, dim))
+
+
+def _rows_beside(t, v, dx, dim) -> tuple:
+    """(t, its row stride): t's rows along dim, contiguous runs beside those of dx (x's view
+    v), or t copied to dx's layout where they are not."""
+    vt = view.fold(t, dx, dim)
+    if vt is None or not (vt.inner == 1 and vt.x_sl == 1 and (v.outer <= 1 or (vt.outer, vt.y_so) == (v.outer, v.y_so))):
+        t = _like(t, dx)  # laid out unlike x (rows are then its contiguous runs)
+        vt = view.fold(t, dx, dim)
+    return t, vt.x_so
 
 
 def merge_normalized(grad, x, dx, count: int) -> tuple | None:
@@ -106,11 +112,14 @@ def merge_normalized(grad, x, dx, count: int) -> tuple | None:
     return (merged if merged is not None else view.merge_trailing(_like(grad, dx), count)), x, merged_dx
 
 
-def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, dw_part=None) -> list | None:
+def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, dw_part=None,
+                 dh=None) -> list | None:
     """The fused backward of a reduce-scale op, or None where no kernel serves the layout.
     A row_stats op (layer_norm) takes `stats`, its forward's (the custom op's second output,
-    of this x). `dx` and `dw_part` (the weight's partial sums, and the bias's; their shape is
-    the kernel's choice) are for the checks, which poison them."""
+    of this x). `dh` (rms_norm and layer_norm, of x's shape and dtype: the gradient reaching
+    the residual form's h) is added to dx in the same pass. `dx` and `dw_part` (the weight's
+    partial sums, and the bias's; their shape is the kernel's choice) are for the checks,
+    which poison them."""
     if spec.op_id not in _build.extension_ops("reduce_scale_backward").values():  # no kFusedBackward
         return None
     if spec.row_stats and stats is None:
@@ -123,21 +132,25 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, 
         return None  # the kernels sum db beside dw
     dx = view.output_like(x) if dx is None else dx
     tensors = grad, x, dx
+    if dh is not None and dh.stride() != dx.stride():
+        dh = _like(dh, dx)
     if spec.trailing:
         tensors = merge_normalized(grad, x, dx, len(dim))
         if tensors is None:
             return None
+        dh = None if dh is None else view.merge_trailing(dh, len(dim))
         dim = tensors[1].dim() - 1
     rows = _rows(*tensors, dim)
     if rows is None:
         return None
     v, row_grad, g_row_stride = rows
+    dh, dh_row_stride = (None, 0) if dh is None else _rows_beside(dh, v, tensors[2], dim)
     weight_grad = param_grads and weight is not None
     ext = _build.load("reduce_scale_backward", spec.op_id)
     flat = None if weight is None else weight.reshape(-1)
     bias_grad = weight_grad and bias is not None
     done, params, _ = ext.reduce_scale_backward(tensors[1], row_grad, tensors[2], flat, weight_grad, bias_grad,
-                                                dw_part, spec.op_id, v, g_row_stride, eps, stats)
+                                                dw_part, spec.op_id, v, g_row_stride, eps, stats, dh, dh_row_stride)
     if not done:
         return None
     if not weight_grad:

@@ -5,8 +5,9 @@ h takes the residual's dtype (x's, or float32 beside a 16-bit x, as ``x + residu
 y x's. On CUDA, rows of whole 16-byte vectors of up to 32768 16-bit (16384 float32) elements
 are one pass (csrc/reduce_scale/fused_rows.cuh): x and the residual read, h and y written. Other
 rows add, then normalise (the same answer, a pass more). The backward is the norm's fused
-backward over h, the gradient reaching h added: dx and d residual are that sum, each in its
-tensor's dtype.
+backward over h with the gradient reaching h added in the same pass (an eager call; under
+torch.compile and on DTensors the custom ops' backward, then the add: a pass more): dx and d
+residual are that sum, each in its tensor's dtype.
 
 Each form is a ``torch.library`` custom op (``normscan::rms_norm_residual``,
 ``normscan::layer_norm_residual``: the CPU's reference, meta's shapes, autograd, torch.compile).
@@ -18,10 +19,11 @@ import math
 
 import torch
 
-from . import _build, distributed, grouped, reference
+from . import _build, backward, distributed, grouped, reference
 from .registry import REGISTRY
 
 _HALF = (torch.float16, torch.bfloat16)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a subclass (DTensor), which takes the custom ops
 
 
 def checked(name: str, x: torch.Tensor, residual: object, count: int) -> None:
@@ -159,42 +161,82 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(output[1], weight, bias, stats)
 
 
-def _backward(ctx, dy, dh, *_):
-    """The norm's backward over h (its fused kernel over rows), dy taken in h's dtype, plus the
-    gradient reaching h; dx and d residual that sum."""
-    h, weight, bias, stats = ctx.saved_tensors
-    layer = stats is not None
+def _gradients(name: str, h, weight, bias, stats, count: int, eps: float, x_dtype, wants: tuple, dy, dh,
+               fused: bool) -> tuple:
+    """(dx, d residual, dw, db): the norm's backward over h (dy taken in h's dtype) plus dh, the
+    gradient reaching h; `wants` says whether the weight and the bias want theirs. fused (an
+    eager call): the kernel over rows called directly, dh added to dx in its pass; else, or
+    where no kernel serves the rows, the backward custom ops (which torch.compile traces and
+    DTensor shards), then the add."""
     if dy is None:  # y reaches no loss: h's gradient alone (if any), the parameters' none
-        return (None if dh is None else dh.to(ctx.x_dtype), dh, None, None, None, None)[:6 if layer else 5]
+        return None if dh is None else dh.to(x_dtype), dh, None, None
     g = dy if dy.dtype == h.dtype else dy.to(h.dtype)
     w, b = _param_for(weight, h), _param_for(bias, h)
-    wants = [ctx.needs_input_grad[3], layer and ctx.needs_input_grad[4]]
     param_grads = any(wants)
-    shape = list(h.shape[h.dim() - ctx.count:])
+    shape = list(h.shape[h.dim() - count:])
+    layer = name == "layer_norm"
+    grads, added = None, False
+    if fused:
+        spec = REGISTRY[name]
+        if layer:
+            grads = backward.reduce_scale(spec, g, h, shape, [w, b, eps], param_grads, stats, dh=dh)
+        else:  # over rows: its normalized dims as one
+            grads = backward.reduce_scale(spec, _rows(g, count), _rows(h, count), 1,
+                                          [eps, None if w is None else w.reshape(-1)], param_grads,
+                                          dh=None if dh is None else _rows(dh, count))
+        added = grads is not None
     # Over h's dims as they are where the op takes them so: a DTensor's rows sharded on a dim
     # other than the first may not be flattened.
-    if layer:
-        grads = torch.ops.normscan.layer_norm_backward(g, h, shape, w, b, ctx.eps, stats, param_grads)
-    elif ctx.count == 1:
-        grads = torch.ops.normscan.rms_norm_backward(g, h, -1, ctx.eps, w, param_grads)
-    else:  # rms_norm reduces one dim: its normalized dims as one
-        grads = torch.ops.normscan.rms_norm_backward(_rows(g, ctx.count), _rows(h, ctx.count), -1, ctx.eps,
+    if grads is None and layer:
+        grads = torch.ops.normscan.layer_norm_backward(g, h, shape, w, b, eps, stats, param_grads)
+    elif grads is None and count == 1:
+        grads = torch.ops.normscan.rms_norm_backward(g, h, -1, eps, w, param_grads)
+    elif grads is None:  # rms_norm reduces one dim: its normalized dims as one
+        grads = torch.ops.normscan.rms_norm_backward(_rows(g, count), _rows(h, count), -1, eps,
                                                      None if w is None else w.reshape(-1), param_grads)
     dh_total = grads[0].view(h.shape)
-    if dh is not None:
+    if dh is not None and not added:
         dh_total = dh_total + dh
     params = [None, None]
     if param_grads:
         for i, (t, grad) in enumerate(zip((weight, bias), grads[1:])):
             params[i] = None if t is None else grad.view(shape).to(t.dtype)
-    dx = dh_total.to(ctx.x_dtype)
-    if layer:
-        return dx, dh_total, None, params[0], params[1], None
-    return dx, dh_total, None, params[0], None
+    return dh_total.to(x_dtype), dh_total, params[0], params[1]
+
+
+def _backward(ctx, dy, dh, *_):
+    h, weight, bias, stats = ctx.saved_tensors
+    layer = stats is not None
+    wants = (ctx.needs_input_grad[3], layer and ctx.needs_input_grad[4])
+    dx, dr, dw, db = _gradients("layer_norm" if layer else "rms_norm", h, weight, bias, stats, ctx.count, ctx.eps,
+                                ctx.x_dtype, wants, dy, dh, fused=False)
+    return (dx, dr, None, dw, db, None) if layer else (dx, dr, None, dw, None)
 
 
 rms_norm_residual.register_autograd(_backward, setup_context=_setup)
 layer_norm_residual.register_autograd(_backward, setup_context=_setup)
+
+
+class EagerWithGradients(torch.autograd.Function):
+    """An eager CUDA call that wants gradients: the forward kernel, then the norm's fused
+    backward with dh added in its pass, called directly. Through the custom op its dispatch
+    and the separate add (a pass over three tensors) cost more than the kernels."""
+
+    @staticmethod
+    def forward(ctx, name, x, residual, count, weight, bias, eps):
+        y, h, stats = _forward(name, x, residual, count, weight, bias, eps)
+        ctx.name, ctx.count, ctx.eps, ctx.x_dtype = name, count, eps, x.dtype
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(h, weight, bias, stats if name == "layer_norm" else None)
+        return y, h
+
+    @staticmethod
+    def backward(ctx, dy, dh):
+        h, weight, bias, stats = ctx.saved_tensors
+        # A backward itself differentiated (create_graph) takes the custom ops' path.
+        dx, dr, dw, db = _gradients(ctx.name, h, weight, bias, stats, ctx.count, ctx.eps, ctx.x_dtype,
+                                    ctx.needs_input_grad[4:6], dy, dh, fused=not torch.is_grad_enabled())
+        return None, dx, dr, None, dw, db, None
 
 
 def _sharded_normalized(x: torch.Tensor, count: int) -> bool:
@@ -221,6 +263,11 @@ def call(name: str, x: torch.Tensor, residual: torch.Tensor, count: int, weight,
         shape = list(x.shape[x.dim() - count:])
         return (norm.call(h, shape, weight, bias, eps) if norm.row_stats else
                 norm.call(_rows(h, count), -1, eps, None if weight is None else weight.reshape(-1)).view(x.shape)), h
+    tensors = [t for t in (x, residual, weight, bias) if t is not None]
+    if x.is_cuda and not torch.compiler.is_compiling() and all(type(t) in _PLAIN for t in tensors):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return EagerWithGradients.apply(name, x, residual, count, weight, bias, eps)
+        return _forward(name, x, residual, count, weight, bias, eps)[:2]
     if name == "rms_norm":
         return torch.ops.normscan.rms_norm_residual(x, residual, count, weight, eps)
     y, h, _ = torch.ops.normscan.layer_norm_residual(x, residual, count, weight, bias, eps)

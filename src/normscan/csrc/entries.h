@@ -53,12 +53,14 @@ void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Te
 // the weight's (second result, in the weight's dtype; then, when bias_grad too, a biased
 // op's bias's), summed from per-row-group partial sums (third result; into dw_part when
 // given, which must have their shape). g's rows are contiguous, g_row_stride apart. layer_norm
-// takes its forward's `stats` (reduce_scale's, of this view), the others None. First result
-// false (nothing written): no fused kernel serves the view.
+// takes its forward's `stats` (reduce_scale's, of this view), the others None. `dh` (rms_norm
+// and layer_norm: the gradient reaching the residual form's h, of x's dtype, rows contiguous
+// dh_row_stride apart) is added to dx. First result false (nothing written): no fused kernel
+// serves the view.
 std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
     const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, const std::optional<at::Tensor>& weight, bool weight_grad,
     bool bias_grad, const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride,
-    double eps, const std::optional<at::Tensor>& stats);
+    double eps, const std::optional<at::Tensor>& stats, const std::optional<at::Tensor>& dh, int64_t dh_row_stride);
 // y = the scan of x along the view's length; a masked op's x times `mask` (bool, with x's
 // strides along the view).
 void scan(const at::Tensor& x, at::Tensor& y, int64_t op, at::IntArrayRef view, bool reverse, bool exclusive,

@@ -44,6 +44,8 @@ template <typename T, typename P = T> struct ReduceScaleBackwardArgs {
   View view;           // x's and dx's strides
   int64_t g_so;
   double eps;
+  const T* dh = nullptr;  // a gradient added to dx (the residual form's, reaching h), rows dh_so apart
+  int64_t dh_so = 0;
 };
 
 // PERSISTENT: a grid of the resident blocks (clusters), each visiting a fixed set of row
@@ -92,8 +94,9 @@ struct BackwardRowsConfig {
   }
 };
 
-// Doubles hold twice the registers: half the resident blocks asked.
-template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED>
+// Doubles hold twice the registers: half the resident blocks asked. ADDS: dx += a.dh (a
+// kFusedRowForms op's backward over the residual form's h).
+template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED, bool ADDS = false>
 __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks + 1) / 2 : Cfg::kMinBlocks)
     reduce_scale_backward_rows_kernel(ReduceScaleBackwardArgs<T, param_t<T, Op>> a) {
   // The weight's sums (reduce_scale_dw_sum_kernel, launched early) may take their places
@@ -228,9 +231,11 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
   // Row `row`'s dx from its vectors (stage s or xv and gv), and its share of dw (db).
   auto scale_row = [&](int64_t row, bool active, int s, const auto& xv, const auto& gv, A shift, const auto& coefs) {
     T* dxr = a.dx + (active ? row : 0) * a.view.y_so;
+    const T* dhr = ADDS ? a.dh + (active ? row : 0) * a.dh_so : nullptr;  // the gradient added
 #pragma unroll
     for (int k = 0; k < NV; ++k)
       if (active && has(k)) {
+        const VT hk = ADDS ? load_vec<T, V>(dhr + col(k)) : VT{};
         const VT xk = vec_at(s, 0, k, xv), gk = vec_at(s, 1, k, gv);
         const PV wk = w_at(k);
         A out[V];
@@ -239,6 +244,7 @@ __global__ void __launch_bounds__(Cfg::kBlock, sizeof(T) == 8 ? (Cfg::kMinBlocks
           const A xa = Convert<T>::to_acc(xk.v[i]), ga = Convert<T>::to_acc(gk.v[i]);
           const A v = KEEPS_VALUES ? xa : Gradient::template value<T>(shifted<Op>(xa, shift));
           out[i] = Gradient::grad(v, weighted(ga, wk, i), coefs);
+          if constexpr (ADDS) out[i] += Convert<T>::to_acc(hk.v[i]);
           if constexpr (WEIGHTED) dw[k][i] += Gradient::weight_grad(v, ga, coefs);
           if constexpr (BIAS_GRAD) db[k][i] += ga;
         }

@@ -7,7 +7,7 @@
 std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
     const at::Tensor& x, const at::Tensor& g, at::Tensor& dx, const std::optional<at::Tensor>& weight, bool weight_grad,
     bool bias_grad, const std::optional<at::Tensor>& dw_part, int64_t op, at::IntArrayRef view, int64_t g_row_stride,
-    double eps, const std::optional<at::Tensor>& stats) {
+    double eps, const std::optional<at::Tensor>& stats, const std::optional<at::Tensor>& dh, int64_t dh_row_stride) {
   using namespace normscan;
   const View v = checked_view(x, dx, view);
   const bool fp32 = fp32_params(x, weight, std::nullopt);
@@ -15,6 +15,11 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
   TORCH_CHECK(g.device() == x.device() && g.scalar_type() == x.scalar_type(),
               "normscan: the gradient must have x's dtype and device");
   check_reach(g, g_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "the gradient");
+  if (dh) {
+    TORCH_CHECK(dh->device() == x.device() && dh->scalar_type() == x.scalar_type(),
+                "normscan: dh must have x's dtype and device");
+    check_reach(*dh, dh_row_stride, 1, 0, View{v.outer, v.length, 1, 0, 0, 0, 0, 0, 0}, "dh");
+  }
   TORCH_CHECK(!weight_grad || weight, "normscan: a weight's gradient needs the weight");
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -31,7 +36,8 @@ std::tuple<bool, std::vector<at::Tensor>, at::Tensor> reduce_scale_backward(
       using Op = decltype(typed);
       using P = param_t<T, Op>;
       ReduceScaleBackwardArgs<T, P> a{data<T>(x), data<T>(g), mutable_data<T>(dx), weight ? data<P>(*weight) : nullptr,
-                                      nullptr, nullptr, v, g_row_stride, eps};
+                                      nullptr, nullptr, v, g_row_stride, eps,
+                                      dh ? data<T>(*dh) : nullptr, dh_row_stride};
       TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
                   " takes no weight: weight must be None");
       TORCH_CHECK(stats.has_value() == Op::kRowStats, "normscan: reduce-scale op ", num(op),

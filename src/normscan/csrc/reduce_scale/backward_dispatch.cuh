@@ -140,8 +140,8 @@ using CenteredOf = std::conditional_t<
 // One backward kernel with its cluster size, launched on a persistent grid (each row group
 // of it, a slot of dw_part, visits a fixed set of rows, whatever the timing) or a block
 // (cluster) a row group.
-template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED> struct BackwardRowsPlan {
-  static constexpr auto kernel = reduce_scale_backward_rows_kernel<T, Op, Cfg, V, WEIGHTED>;
+template <typename T, typename Op, typename Cfg, int V, bool WEIGHTED, bool ADDS> struct BackwardRowsPlan {
+  static constexpr auto kernel = reduce_scale_backward_rows_kernel<T, Op, Cfg, V, WEIGHTED, ADDS>;
   static constexpr size_t kSmem = Cfg::template smem_bytes<T, V, WEIGHTED, Op::kRowStats, param_t<T, Op>>();
   int cluster;
 
@@ -192,13 +192,13 @@ template <typename Cfg> struct RungOf<PastOneBlock<Cfg>> {
 // shared memory a block only where the device runs it (the long rows' 192 KB exceed an
 // A100's 163); false where none does. *err: a failure to ask the device (then true, f not
 // called).
-template <typename T, typename Op, int V, bool WEIGHTED, typename F, typename... Cfgs>
+template <typename T, typename Op, int V, bool WEIGHTED, bool ADDS, typename F, typename... Cfgs>
 inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, cudaError_t* err, F&& f) {
   const auto holds = [&](auto rung) {
     using Cfg = typename RungOf<decltype(rung)>::Config;
     const int64_t blocks = nvec > 0 ? ceil_div(nvec, Cfg::kVecsPerBlock) : 1;  // empty rows: a block of the first
     if (blocks > min64(max_cluster, Cfg::kMaxCluster) || blocks < RungOf<decltype(rung)>::kMinBlocks) return false;
-    const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED> plan{static_cast<int>(blocks)};
+    const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED, ADDS> plan{static_cast<int>(blocks)};
     if (blocks > kMaxPortableCluster || plan.kSmem > 48 * 1024) {
       int64_t fit = 0;
       *err = plan.resident(&fit);
@@ -212,8 +212,9 @@ inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cl
 }
 
 // Calls f(plan) for the kernel that holds rows of nvec V-element vectors on a device of
-// compute capability `major`; false where none does (*err as with_first_rung's).
-template <typename T, typename Op, int V, bool WEIGHTED, typename F>
+// compute capability `major` (adding a.dh to dx: ADDS); false where none does (*err as
+// with_first_rung's).
+template <typename T, typename Op, int V, bool WEIGHTED, bool ADDS, typename F>
 inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&& f) {
   // Max-shifted ops' rows of a block stay persistent, as a weighted op's.
   using Block = std::conditional_t<WEIGHTED || Op::kMaxShifted, BlockRung<BackwardRows>, BlockRung<BackwardRowsPerGroup>>;
@@ -231,14 +232,14 @@ inline bool with_backward_rows_of(int64_t nvec, int major, cudaError_t* err, F&&
       CommonRungs<BackwardRowsPerGroup, Block, RegisterClusterRung<BackwardRowsPerGroup>, LongRung<false>>>;
   using Rungs =
       std::conditional_t<Op::kCentered, CenteredOf<T, WEIGHTED>, std::conditional_t<WEIGHTED, Weighted, Unweighted>>;
-  return with_first_rung<T, Op, V, WEIGHTED>(Rungs{}, nvec, major >= 9 ? kMaxCluster : 1, err, f);
+  return with_first_rung<T, Op, V, WEIGHTED, ADDS>(Rungs{}, nvec, major >= 9 ? kMaxCluster : 1, err, f);
 }
 
 // Calls f(plan) for the backward kernel of these arguments: rows (x, g, dx contiguous
 // along the reduced dim) held on chip, in 16-byte vectors where every row of the three
-// (and the weight) starts aligned and holds whole vectors. False where no kernel serves them
-// (every layout, for an op without a fused backward). *err: a failure to ask the device which
-// cluster it runs (then true, f not called).
+// (and the weight, and dh) starts aligned and holds whole vectors. False where no kernel
+// serves them (every layout, for an op without a fused backward; rows of dh not of whole
+// vectors). *err: a failure to ask the device which cluster it runs (then true, f not called).
 template <typename T, typename Op, typename F>
 inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T, param_t<T, Op>>& a, int major, cudaError_t* err,
                                        F&& f) {
@@ -250,15 +251,24 @@ inline bool with_reduce_scale_backward(const ReduceScaleBackwardArgs<T, param_t<
     if (!v.rows()) return false;
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const bool vec = v.length % V == 0 && aligned(a.x) && aligned(a.g) && aligned(a.dx) && aligned(a.w) &&
-                     (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0));
+                     aligned(a.dh) &&
+                     (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0 && a.g_so % V == 0 && a.dh_so % V == 0));
+    if (a.dh != nullptr) {
+      if constexpr (Op::kFusedRowForms) {
+        if (!vec) return false;
+        return a.w != nullptr ? with_backward_rows_of<T, Op, V, true, true>(v.length / V, major, err, f)
+                              : with_backward_rows_of<T, Op, V, false, true>(v.length / V, major, err, f);
+      }
+      return false;
+    }
     if constexpr (Op::kWeighted) {
       if (a.w != nullptr) {
-        return vec ? with_backward_rows_of<T, Op, V, true>(v.length / V, major, err, f)
-                   : with_backward_rows_of<T, Op, 1, true>(v.length, major, err, f);
+        return vec ? with_backward_rows_of<T, Op, V, true, false>(v.length / V, major, err, f)
+                   : with_backward_rows_of<T, Op, 1, true, false>(v.length, major, err, f);
       }
     }
-    return vec ? with_backward_rows_of<T, Op, V, false>(v.length / V, major, err, f)
-               : with_backward_rows_of<T, Op, 1, false>(v.length, major, err, f);
+    return vec ? with_backward_rows_of<T, Op, V, false, false>(v.length / V, major, err, f)
+               : with_backward_rows_of<T, Op, 1, false, false>(v.length, major, err, f);
   }
 }
 

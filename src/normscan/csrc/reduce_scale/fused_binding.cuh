@@ -36,7 +36,7 @@ template <typename T, typename F> void with_residual_type(bool same, F&& f) {
 template <typename F> void with_fused_op(int64_t op, const char* what, F&& f) {
   const bool known = with_reduce_scale_op(op, [&](auto functor) {
     using Op = decltype(functor);
-    if constexpr (std::is_same<Op, RmsNormOp>::value || std::is_same<Op, LayerNormOp>::value) {
+    if constexpr (Op::kFusedRowForms) {
       f(functor);
     } else {
       TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no ", what, " (rms_norm and layer_norm do)");

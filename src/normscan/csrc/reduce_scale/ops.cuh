@@ -54,11 +54,12 @@ template <typename T, typename P = T> struct RowStatsArgs : ReduceScaleArgs<T, P
 // squared deviations); kGrouped: a weight and bias per channel, statistics shared across
 // rows, written out (Grouping); kRowStats: each row's mean and rstd written out
 // (RowStatsArgs) for its backward; kFusedBackward: backward.cuh serves the op, by its
-// Gradient (below).
+// Gradient (below); kFusedRowForms: the op has the fused row forms (fused_rows.cuh: the
+// residual add, out_dtype), and a backward that adds the gradient reaching h to dx.
 // Param: the element type of its weight and bias where it is not x's (void: x's).
 struct ReduceScaleTraits {
   static constexpr bool kWeighted = false, kBiased = false, kMaxShifted = false, kCentered = false,
-                        kGrouped = false, kRowStats = false, kFusedBackward = false;
+                        kGrouped = false, kRowStats = false, kFusedBackward = false, kFusedRowForms = false;
   using Param = void;
 };
 
@@ -106,7 +107,7 @@ struct L1NormOp : ReduceScaleTraits {
   template <typename A> static __device__ __forceinline__ A grad_coef(A c, int64_t n) { return -c * c / A(n); }
 };
 struct RmsNormOp : ReduceScaleTraits {
-  static constexpr bool kWeighted = true, kFusedBackward = true;
+  static constexpr bool kWeighted = true, kFusedBackward = true, kFusedRowForms = true;
   using Gradient = ScaledGradient<RmsNormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
@@ -206,7 +207,8 @@ template <typename Op> struct CenteredGradient {
 // of map(x - mean)), as F.layer_norm. Kernels that hold the row sum it first for the mean;
 // those that read it twice merge each batch's mean and squared deviations (MeanM2).
 struct LayerNormOp : ReduceScaleTraits {
-  static constexpr bool kWeighted = true, kBiased = true, kCentered = true, kRowStats = true, kFusedBackward = true;
+  static constexpr bool kWeighted = true, kBiased = true, kCentered = true, kRowStats = true, kFusedBackward = true,
+                        kFusedRowForms = true;
   using Gradient = CenteredGradient<LayerNormOp>;
   template <typename A> static __device__ __forceinline__ A apply(A v, A scale) { return v * scale; }
   template <typename A> static __device__ __forceinline__ A map(A v) { return v * v; }
