@@ -4,7 +4,8 @@
 // (shift, scale) (x read and y written once). A row is walked by a group of 1-8 warps, as
 // few as leave each thread two trips of kShardedUnroll units (16-byte vectors where every row
 // starts on 16 bytes and is whole vectors, elements otherwise), chosen from the row's length
-// alone: a row's bits do not depend on the rows beside it.
+// alone: a row's bits do not depend on the rows beside it. The scale, an element's own,
+// splits longer rows into spans of 8 warps' two trips.
 #pragma once
 
 #include <type_traits>
@@ -89,8 +90,13 @@ __global__ void __launch_bounds__(kShardedBlock) sharded_partial_stats_kernel(Sh
   }
 }
 
+// Units of a row a group of the scale takes at most: a row longer than a block's two trips is
+// split into spans of it, each a block's (whole rows left the last of few waves part empty).
+constexpr int64_t kShardedSpan = int64_t(kShardedBlock) * 2 * kShardedUnroll;
+
 // y = (x - shift) * scale [* w] [+ b], row r's (shift, scale) at stats[2r], stats[2r + 1];
 // w and b (x's dtype, or float32 beside 16-bit x) 16-byte aligned where the rows are vectors.
+// Each group takes a span of a row (kShardedSpan units, a row where it is shorter).
 // At most 1 block a SM asked: at ptxas's default bound for 256 threads (64 registers) the fp32
 // kernels spilled; at their 70-72, 3 blocks a SM keep 4 vectors a thread in flight.
 template <typename T, typename P, int WARPS>
@@ -99,7 +105,10 @@ __global__ void __launch_bounds__(kShardedBlock, 1)
   using A = acc_t<T>;
   constexpr int THREADS = 32 * WARPS, ROWS = kShardedBlock / THREADS;
   const int group = static_cast<int>(threadIdx.x) / THREADS, t = static_cast<int>(threadIdx.x) % THREADS;
-  for (int64_t r = int64_t(blockIdx.x) * ROWS + group; r < a.rows; r += int64_t(gridDim.x) * ROWS) {
+  const int64_t units = a.vectors ? a.length / vec16<T>() : a.length;
+  const int64_t spans = (units + kShardedSpan - 1) / kShardedSpan;
+  for (int64_t item = int64_t(blockIdx.x) * ROWS + group; item < a.rows * spans; item += int64_t(gridDim.x) * ROWS) {
+    const int64_t r = item / spans, begin = (item - r * spans) * kShardedSpan;
     const A shift = stats[2 * r], scale = stats[2 * r + 1];
     T* yr = y + r * y_stride;
     // All kShardedUnroll units are loaded before any is stored: a store might alias a later
@@ -109,7 +118,7 @@ __global__ void __launch_bounds__(kShardedBlock, 1)
 #pragma unroll
       for (int u = 0; u < kShardedUnroll; ++u) {
         if (u >= present) break;
-        const int64_t l = (j + u * THREADS) * W;
+        const int64_t l = (begin + j + u * THREADS) * W;
         A o[W];
 #pragma unroll
         for (int i = 0; i < W; ++i) o[i] = (Convert<T>::to_acc(v[u].v[i]) - shift) * scale;
@@ -127,8 +136,9 @@ __global__ void __launch_bounds__(kShardedBlock, 1)
       }
     };
     const T* x = a.x + r * a.x_stride;
-    if (a.vectors) for_row_units<THREADS, vec16<T>()>(x, a.length / vec16<T>(), t, store);
-    else for_row_units<THREADS, 1>(x, a.length, t, store);
+    const int64_t mine = min64(kShardedSpan, units - begin);
+    if (a.vectors) for_row_units<THREADS, vec16<T>()>(x + begin * vec16<T>(), mine, t, store);
+    else for_row_units<THREADS, 1>(x + begin, mine, t, store);
   }
 }
 
@@ -161,8 +171,9 @@ inline cudaError_t launch_sharded_scale(const ShardedRows<T>& a, T* y, int64_t y
                                         const P* w, const P* b, cudaStream_t stream) {
   if (a.rows == 0 || a.length == 0) return cudaSuccess;
   with_row_warps(row_units(a), [&](auto warps) {
+    const int64_t spans = (row_units(a) + kShardedSpan - 1) / kShardedSpan;
     sharded_scale_kernel<T, P, warps()>
-        <<<sharded_grid(a.rows, warps()), kShardedBlock, 0, stream>>>(a, y, y_stride, stats, w, b);
+        <<<sharded_grid(a.rows * spans, warps()), kShardedBlock, 0, stream>>>(a, y, y_stride, stats, w, b);
   });
   return cudaGetLastError();
 }
