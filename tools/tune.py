@@ -1,7 +1,8 @@
-"""Build csrc/ variants (the -D hooks of csrc/*/tuning.cuh) side by side and time the bench's
-entries (the KernelBench problems and the sweeps, ours alone) with each.
+"""Build csrc/ variants (whole tuning policies of csrc/*/policy.cuh) side by side and time the
+bench's entries (the KernelBench problems and the sweeps, ours alone) with each.
 
-    python tools/tune.py "" "-DNORMSCAN_LOOKBACK_VECS=4 -DNORMSCAN_LOOKBACK_MINB=4" ...
+    python tools/tune.py "" "LookbackPolicy.kVecs=4 LookbackPolicy.kMinBlocks=4" ...
+                             (a variant: policies' values changed; other words pass to nvcc as flags)
     NORMSCAN_TUNE_CASES="cumprod 39_L2" python tools/tune.py ...   (entries whose label has one; default: all;
                                                              "rms_norm&65536)": a label with both)
     NORMSCAN_TUNE_EXTENSIONS=reduce_scale_backward python tools/tune.py ...   (the extensions the flags apply to;
@@ -9,7 +10,7 @@ entries (the KernelBench problems and the sweeps, ours alone) with each.
     NORMSCAN_TUNE_TRAINING=backward python tools/tune.py ...   (the training entries instead, in this mode:
                                                                 backward, or forward+backward)
     python tools/tune.py --build-only ...   (build the variants now, time them in a later run)
-    python tools/tune.py "" "@.cut/base" "@.cut/base -DNORMSCAN_HELD_SPLIT_PERCENT=0"   (a variant "@TREE [FLAGS]":
+    python tools/tune.py "" "@.cut/base" "@.cut/base HeldPolicy.kSplitPercent=0"   (a variant "@TREE [VALUES]":
                                             another checkout's src/, e.g. `git archive HEAD~1 src` into
                                             an ignored folder: source changes timed beside each other)
 
@@ -23,8 +24,10 @@ NORMSCAN_TUNE_CASES those are few: one op's build is a fraction of a family's (d
 "Building").
 """
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -89,15 +92,65 @@ def builds(only: list[str], training: str) -> list[tuple[str, int]]:
     return builds_of(selected_entries(only, training), bool(training))
 
 
+def policies(csrc: Path) -> dict[str, tuple[str, list[str]]]:
+    """The tuning policies of csrc/*/policy.cuh: each one's name (RowsPolicy) -> (its family,
+    its members)."""
+    out = {}
+    for path in sorted(csrc.glob("*/policy.cuh")):
+        for name, body in re.findall(r"struct Default(\w+) \{(.*?)\n\};", path.read_text(), re.S):
+            out[name] = (path.parent.name, re.findall(r"static constexpr int (\w+) =", body))
+    return out
+
+
+def policy_flags(values: list[str], csrc: Path, folder: Path) -> list[str]:
+    """The flags that build whole policies with `values` ("RowsPolicy.kHeld=8") changed: each
+    family touched gets a header, tuned_<family>.cuh in a folder of `folder` named by its
+    text, that names every policy of the family (policy.cuh includes it under
+    NORMSCAN_TUNED_<FAMILY>)."""
+    known = policies(csrc)
+    changed: dict[str, dict[str, int]] = {}
+    for value in values:
+        match = re.fullmatch(r"(\w+)\.(\w+)=(-?\d+)", value)
+        if match is None or match[1] not in known or match[2] not in known[match[1]][1]:
+            raise SystemExit(f"tune.py: {value!r} names no policy value; the policies (csrc/*/policy.cuh): "
+                             + ", ".join(f"{n}.{m}" for n, (_, ms) in known.items() for m in ms))
+        changed.setdefault(match[1], {})[match[2]] = int(match[3])
+    headers = {}
+    for family in sorted({known[name][0] for name in changed}):
+        lines = ["#pragma once", "namespace normscan {"]
+        for name, (of, _) in known.items():
+            if of != family:
+                continue
+            if name in changed:
+                body = "".join(f" static constexpr int {m} = {v};" for m, v in changed[name].items())
+                lines.append(f"struct {name} : Default{name} {{{body} }};")
+            else:
+                lines.append(f"using {name} = Default{name};")
+        headers[family] = "\n".join(lines + ["}  // namespace normscan", ""])
+    if not headers:
+        return []
+    text = "".join(headers.values())
+    here = folder / hashlib.sha1(text.encode()).hexdigest()[:12]
+    here.mkdir(parents=True, exist_ok=True)
+    for family, header in headers.items():
+        (here / f"tuned_{family}.cuh").write_text(header)
+    return [f"-DNORMSCAN_TUNED_{family.upper()}" for family in headers] + [f"-I{here}"]
+
+
 def variant_env(variant: str, env: dict, root: Path) -> tuple[dict, str]:
-    """A variant's environment and flags: "[@TREE] [FLAGS]", TREE a checkout whose src/ its
-    processes import instead of this one's (the sources are part of a build's cache key, so
-    the trees' builds share the cache)."""
-    if not variant.startswith("@"):
-        return env, variant
-    tree, _, flags = variant[1:].partition(" ")
-    paths = [str(Path(tree).resolve() / "src"), str(root / "tools")]
-    return dict(env, PYTHONPATH=os.pathsep.join(paths)), flags.strip()
+    """A variant's environment and flags: "[@TREE] [VALUES] [FLAGS]", TREE a checkout whose src/
+    its processes import instead of this one's (the sources are part of a build's cache key,
+    so the trees' builds share the cache), VALUES policies' values it changes (policy_flags),
+    FLAGS more of nvcc's."""
+    src = root / "src"
+    if variant.startswith("@"):
+        tree, _, variant = variant[1:].partition(" ")
+        src = Path(tree).resolve() / "src"
+        env = dict(env, PYTHONPATH=os.pathsep.join([str(src), str(root / "tools")]))
+    words = variant.split()
+    values = [w for w in words if not w.startswith("-")]
+    flags = policy_flags(values, src / "normscan" / "csrc", Path(env["NORMSCAN_CACHE_DIR"]) / "tuned")
+    return env, " ".join(flags + [w for w in words if w.startswith("-")])
 
 
 def main(variants: list[str], build_only: bool = False) -> int:

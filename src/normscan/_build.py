@@ -50,7 +50,7 @@ CUDA_FLAGS = ["-O3", "--split-compile=0", *NVCC_HOST_FLAGS]  # the C++ standard:
 
 
 def cuda_flags() -> list[str]:
-    """CUDA_FLAGS plus $NORMSCAN_EXTRA_CUDA_FLAGS (tuning variants: the -D hooks of csrc/*/tuning.cuh)."""
+    """CUDA_FLAGS plus $NORMSCAN_EXTRA_CUDA_FLAGS (tools/tune.py's variants: their tuned policies)."""
     return CUDA_FLAGS + os.environ.get("NORMSCAN_EXTRA_CUDA_FLAGS", "").split()
 
 

@@ -3,6 +3,8 @@ tools/kernelbench_eval.py checks; tools/ncu_probe.py's programs; tools/device-ch
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +36,7 @@ def test_tune_selects_entries_by_label_and_its_scripts_compile():
     compile(tune.LOAD.format(builds=tune.builds(["cumprod"], ""), tuned=[]) + tune.TIMING, "<tune>", "exec")
 
 
-def test_tune_main_starts_one_build_a_variant(monkeypatch):
+def test_tune_main_starts_one_build_a_variant(monkeypatch, tmp_path):
     """--build-only: each variant's builds in a process of its own, the LOAD script given the
     timed entries' builds and the variant's flags."""
     started = []
@@ -47,10 +49,35 @@ def test_tune_main_starts_one_build_a_variant(monkeypatch):
             return 0
 
     monkeypatch.setenv("NORMSCAN_TUNE_CASES", "90_cumprod")
+    monkeypatch.setenv("NORMSCAN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(tune.subprocess, "Popen", Proc)
-    assert tune.main(["", "-DNORMSCAN_SCAN_VECS=8"], build_only=True) == 0
-    assert [c[-1] for c in started] == ["", "-DNORMSCAN_SCAN_VECS=8"]
+    assert tune.main(["", "ScanRowsPolicy.kVecs=8 -lineinfo"], build_only=True) == 0
+    assert started[0][-1] == ""
+    assert started[1][-1].startswith("-DNORMSCAN_TUNED_SCAN -I") and started[1][-1].endswith(" -lineinfo")
     assert f"[('scan', {REGISTRY['cumprod'].op_id})]" in started[0][2]
+
+
+def test_tune_builds_whole_policies_from_the_values_given(tmp_path):
+    """A variant's values become a header that names every policy of the family, the changed
+    ones derived from their defaults: compiled with policy.cuh, it gives those values and
+    keeps the others; a value no policy has is refused with the list of those there are."""
+    csrc = Path(tune.__file__).resolve().parents[1] / "src" / "normscan" / "csrc"
+    flags = tune.policy_flags(["LookbackPolicy.kVecs=3", "RowsPolicy.kHeld=8"], csrc, tmp_path)
+    assert flags[:2] == ["-DNORMSCAN_TUNED_REDUCE_SCALE", "-DNORMSCAN_TUNED_SCAN"] and flags[2].startswith("-I")
+    compiler = shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no host C++ compiler (c++)")
+    src = tmp_path / "check.cpp"
+    src.write_text('#include "reduce_scale/policy.cuh"\n#include "scan/policy.cuh"\nusing namespace normscan;\n'
+                   "static_assert(LookbackPolicy::kVecs == 3 && RowsPolicy::kHeld == 8, \"the values given\");\n"
+                   "static_assert(LookbackPolicy::kBlock == DefaultLookbackPolicy::kBlock, \"the rest kept\");\n"
+                   "static_assert(BackwardPolicy::kVecs == DefaultBackwardPolicy::kVecs, \"other policies kept\");\n")
+    for given in ([], flags):
+        run = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", f"-I{csrc}", *given, str(src)],
+                             capture_output=True, text=True)
+        assert (run.returncode == 0) == bool(given), run.stderr[-2000:]
+    with pytest.raises(SystemExit, match="names no policy value.*LookbackPolicy.kVecs"):
+        tune.policy_flags(["Lookback.kVecs=3"], csrc, tmp_path)
 
 
 def test_tune_prints_each_variant_as_it_is_timed(monkeypatch, capsys):
@@ -73,7 +100,7 @@ def test_tune_prints_each_variant_as_it_is_timed(monkeypatch, capsys):
     monkeypatch.setenv("NORMSCAN_TUNE_CASES", "90_cumprod")
     monkeypatch.setattr(tune.subprocess, "Popen", Proc)
     monkeypatch.setattr(tune.subprocess, "run", lambda *a, **k: Run(next(outputs)))
-    assert tune.main(["", "-DNORMSCAN_SCAN_VECS=8"]) == 1
+    assert tune.main(["", "-lineinfo"]) == 1
     out = capsys.readouterr().out
     assert "(defaults) (copy 4000 GB/s)" in out
     assert "median   2.100 ms  rounds 2.000 2.100 2.200  best 100.0% of copy" in out
@@ -81,7 +108,8 @@ def test_tune_prints_each_variant_as_it_is_timed(monkeypatch, capsys):
 
 
 def test_tune_variant_of_another_tree_imports_its_sources(monkeypatch, tmp_path):
-    """A variant "@TREE FLAGS" builds and times TREE's src/ with FLAGS; the others this tree's."""
+    """A variant "@TREE FLAGS" builds and times TREE's src/ with FLAGS; the others this tree's
+    (whose policies the values of a variant name: tmp_path has none)."""
     started = []
 
     class Proc:
@@ -93,9 +121,9 @@ def test_tune_variant_of_another_tree_imports_its_sources(monkeypatch, tmp_path)
 
     monkeypatch.setenv("NORMSCAN_TUNE_CASES", "90_cumprod")
     monkeypatch.setattr(tune.subprocess, "Popen", Proc)
-    assert tune.main(["", f"@{tmp_path} -DNORMSCAN_SCAN_VECS=8"], build_only=True) == 0
+    assert tune.main(["", f"@{tmp_path} -lineinfo"], build_only=True) == 0
     root = Path(tune.__file__).resolve().parent.parent
-    assert started == [("", str(root / "src")), ("-DNORMSCAN_SCAN_VECS=8", str(tmp_path.resolve() / "src"))]
+    assert started == [("", str(root / "src")), ("-lineinfo", str(tmp_path.resolve() / "src"))]
 
 
 def test_kernelbench_eval_runs_the_checkouts_checker_on_each_exported_file(tmp_path, monkeypatch, capsys):

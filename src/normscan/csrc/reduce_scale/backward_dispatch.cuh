@@ -6,51 +6,9 @@
 
 #include "../device/launch.cuh"
 #include "backward.cuh"
+#include "policy.cuh"
 
 namespace normscan {
-
-#ifndef NORMSCAN_BACKWARD_VECS  // vectors of x (and of g) a thread holds
-#define NORMSCAN_BACKWARD_VECS 4
-#endif
-#ifndef NORMSCAN_BACKWARD_STAGES  // rows a block has in shared memory or on their way (1: none)
-#define NORMSCAN_BACKWARD_STAGES 2
-#endif
-#ifndef NORMSCAN_BACKWARD_PIPELINE_STAGES  // NORMSCAN_BACKWARD_STAGES of those clusters
-#define NORMSCAN_BACKWARD_PIPELINE_STAGES 3
-#endif
-#ifndef NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16  // the same for 16-bit rows on clusters of 256-thread blocks
-#define NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16 4
-#endif
-#ifndef NORMSCAN_BACKWARD_BLOCK  // threads a block (a row's) when a block or cluster holds a row
-#define NORMSCAN_BACKWARD_BLOCK 512
-#endif
-#ifndef NORMSCAN_BACKWARD_THREADS_SM  // resident threads a SM asked (the registers a thread has)
-#define NORMSCAN_BACKWARD_THREADS_SM 512
-#endif
-#ifndef NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM  // the same for the kernels of ops without a weight
-#define NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM 1024
-#endif
-#ifndef NORMSCAN_BACKWARD_CENTERED_BLOCK  // NORMSCAN_BACKWARD_BLOCK for a centered op's rows
-#define NORMSCAN_BACKWARD_CENTERED_BLOCK 256
-#endif
-#ifndef NORMSCAN_BACKWARD_CENTERED_CLUSTER  // the most blocks of a centered op's fp32 pipelined clusters
-#define NORMSCAN_BACKWARD_CENTERED_CLUSTER 16
-#endif
-#ifndef NORMSCAN_BACKWARD_LONG_VECS  // vectors of x (and of g) a thread of the long rows' rung holds
-#define NORMSCAN_BACKWARD_LONG_VECS 8
-#endif
-#ifndef NORMSCAN_BACKWARD_LONG_BLOCK  // threads a block of it
-#define NORMSCAN_BACKWARD_LONG_BLOCK 512
-#endif
-#ifndef NORMSCAN_BACKWARD_LONG_CLUSTER  // the most blocks a cluster of it has (past 8: non-portable)
-#define NORMSCAN_BACKWARD_LONG_CLUSTER 8
-#endif
-#ifndef NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK  // the same for the max-shifted ops'
-#define NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK 256
-#endif
-#ifndef NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER
-#define NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER 16
-#endif
 
 // The configurations: a warp, four warps, a block or a cluster of up to 8
 // (kMaxPortableCluster) a row, whichever is the first to hold it (a weighted op's clusters
@@ -68,8 +26,8 @@ namespace normscan {
 // block's overlap the other block's); and two warps a row where four would be half idle
 // (fp32 65536x1024 0.325 -> 0.280).
 template <int BLOCK, int TPR, bool CLUSTER = false>
-using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
-                                        (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, NORMSCAN_BACKWARD_STAGES,
+using BackwardRows = BackwardRowsConfig<BLOCK, TPR, BackwardPolicy::kVecs,
+                                        (BackwardPolicy::kThreadsSm + BLOCK - 1) / BLOCK, BackwardPolicy::kStages,
                                         CLUSTER>;
 // A weighted op's clusters: pipelined (backward.cuh), each row scaled while the next one's
 // sums cross the cluster, in 3 stages, 4 for 16-bit rows on 256-thread blocks (measured:
@@ -77,14 +35,14 @@ using BackwardRows = BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS,
 // MINB resident blocks a SM asked, clusters of up to MAX_CLUSTER blocks.
 template <int BLOCK, int TPR, bool CLUSTER, int MINB, int MAX_CLUSTER>
 using PipelinedConfig = BackwardRowsConfig<
-    BLOCK, TPR, NORMSCAN_BACKWARD_VECS, MINB, NORMSCAN_BACKWARD_PIPELINE_STAGES, CLUSTER, true, false, MAX_CLUSTER, true,
-    BLOCK == 256 ? NORMSCAN_BACKWARD_PIPELINE_NARROW_STAGES_16 : NORMSCAN_BACKWARD_PIPELINE_STAGES>;
+    BLOCK, TPR, BackwardPolicy::kVecs, MINB, BackwardPolicy::kPipelineStages, CLUSTER, true, false, MAX_CLUSTER, true,
+    BLOCK == 256 ? BackwardPolicy::kPipelineNarrowStages16 : BackwardPolicy::kPipelineStages>;
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using PipelinedRows =
-    PipelinedConfig<BLOCK, TPR, CLUSTER, (NORMSCAN_BACKWARD_THREADS_SM + BLOCK - 1) / BLOCK, kMaxPortableCluster>;
+    PipelinedConfig<BLOCK, TPR, CLUSTER, (BackwardPolicy::kThreadsSm + BLOCK - 1) / BLOCK, kMaxPortableCluster>;
 template <int BLOCK, int TPR, bool CLUSTER = false>
 using BackwardRowsPerGroup =
-    BackwardRowsConfig<BLOCK, TPR, NORMSCAN_BACKWARD_VECS, (NORMSCAN_BACKWARD_UNWEIGHTED_THREADS_SM + BLOCK - 1) / BLOCK,
+    BackwardRowsConfig<BLOCK, TPR, BackwardPolicy::kVecs, (BackwardPolicy::kUnweightedThreadsSm + BLOCK - 1) / BLOCK,
                        1, CLUSTER, false>;
 // The rungs of configurations an op's rows climb, in order: the first that holds a row
 // takes it (a cluster rung: up to its kMaxCluster blocks).
@@ -96,31 +54,31 @@ template <typename... Cfgs> struct BackwardRungs {};
 // each, up to 16 blocks of 64 KB, two a SM. The max-shifted ops take it for every row past
 // a block, layer_norm past its widest block, the other norms only past the register
 // clusters (docs/design-notes.md, "Backward").
-template <int BLOCK, int CLUSTER, int NV = NORMSCAN_BACKWARD_LONG_VECS>
+template <int BLOCK, int CLUSTER, int NV = BackwardPolicy::kLongVecs>
 using LongRows = BackwardRowsConfig<BLOCK, BLOCK, NV, 512 / BLOCK, 1, true, true, true, CLUSTER>;
 template <bool SHIFTED>
-using LongRung = std::conditional_t<SHIFTED, LongRows<NORMSCAN_BACKWARD_LONG_SHIFTED_BLOCK, NORMSCAN_BACKWARD_LONG_SHIFTED_CLUSTER>,
-                                    LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, NORMSCAN_BACKWARD_LONG_CLUSTER>>;
+using LongRung = std::conditional_t<SHIFTED, LongRows<BackwardPolicy::kLongShiftedBlock, BackwardPolicy::kLongShiftedCluster>,
+                                    LongRows<BackwardPolicy::kLongBlock, BackwardPolicy::kLongCluster>>;
 // A warp, four warps and a block a row, then Past.
 template <template <int, int, bool> class Rows, typename Block, typename... Past>
 using CommonRungs = BackwardRungs<Rows<256, 32, false>, Rows<256, 128, false>, Block, Past...>;
 template <template <int, int, bool> class Rows>
-using BlockRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, false>;
+using BlockRung = Rows<BackwardPolicy::kBlock, BackwardPolicy::kBlock, false>;
 template <template <int, int, bool> class Rows>
-using RegisterClusterRung = Rows<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_BLOCK, true>;
+using RegisterClusterRung = Rows<BackwardPolicy::kBlock, BackwardPolicy::kBlock, true>;
 // A weighted op's rows past a block go to clusters of 256-thread blocks (two a SM) before
 // those of the widest (measured: docs/tuning-record.md, backward-narrow-clusters).
 template <template <int, int, bool> class Rows>
 using NarrowClusterRung = Rows<256, 256, true>;
 // A centered op's: a rung between each of the others (a row fills each rung it takes more
-// than half), blocks of NORMSCAN_BACKWARD_CENTERED_BLOCK threads, then a block of the widest,
+// than half), blocks of BackwardPolicy::kCenteredBlock threads, then a block of the widest,
 // then the long rung; 16-bit rows with a weight past the widest block take clusters of the
 // narrow blocks, then of the widest, then a long rung of half the vectors a thread in
 // clusters of up to 16 (measured: docs/tuning-record.md, backward-centered-rungs).
-using HalfLongRung = LongRows<NORMSCAN_BACKWARD_LONG_BLOCK, kMaxCluster, NORMSCAN_BACKWARD_LONG_VECS / 2>;
+using HalfLongRung = LongRows<BackwardPolicy::kLongBlock, kMaxCluster, BackwardPolicy::kLongVecs / 2>;
 template <typename... Past>
 using CenteredRungs = BackwardRungs<BackwardRows<256, 32>, BackwardRows<256, 64>, BackwardRows<256, 128>,
-                                    BackwardRows<NORMSCAN_BACKWARD_CENTERED_BLOCK, NORMSCAN_BACKWARD_CENTERED_BLOCK>,
+                                    BackwardRows<BackwardPolicy::kCenteredBlock, BackwardPolicy::kCenteredBlock>,
                                     BlockRung<BackwardRows>, Past...>;
 // Rows with a weight past the widest block (one exchange a row, the forward's mean and rstd
 // read) take pipelined clusters, one block a SM: fp32 of up to 16 of the widest blocks, then
@@ -130,10 +88,10 @@ template <int BLOCK, int MAX_CLUSTER> using CenteredPipelined = PipelinedConfig<
 template <typename T, bool WEIGHTED>
 using CenteredOf = std::conditional_t<
     WEIGHTED && sizeof(T) == 2,
-    CenteredRungs<CenteredPipelined<NORMSCAN_BACKWARD_CENTERED_BLOCK, kMaxPortableCluster>,
+    CenteredRungs<CenteredPipelined<BackwardPolicy::kCenteredBlock, kMaxPortableCluster>,
                   RegisterClusterRung<BackwardRows>, HalfLongRung>,
     std::conditional_t<WEIGHTED && sizeof(T) == 4,
-                       CenteredRungs<CenteredPipelined<NORMSCAN_BACKWARD_BLOCK, NORMSCAN_BACKWARD_CENTERED_CLUSTER>,
+                       CenteredRungs<CenteredPipelined<BackwardPolicy::kBlock, BackwardPolicy::kCenteredCluster>,
                                      LongRung<false>>,
                        CenteredRungs<LongRung<false>>>>;
 

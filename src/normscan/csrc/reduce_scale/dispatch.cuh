@@ -37,7 +37,7 @@ template <typename T, typename Op> inline bool rows_share_stats(const ArgsFor<T,
 }
 
 // Statistics shared by rows one a cluster of blocks of B threads (reduce_scale_group_reread_kernel),
-// where NORMSCAN_GROUP_REREAD_L2_PERCENT's bounds allow: *launched tells whether they were.
+// where GroupedPolicy::kRereadL2Percent's bounds allow: *launched tells whether they were.
 template <typename T, typename Op, int B, int V>
 inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceInfo& d, int most_cluster,
                                           cudaStream_t stream, bool* launched) {
@@ -47,7 +47,7 @@ inline cudaError_t launch_group_reread_of(const ArgsFor<T, Op>& a, const DeviceI
   cudaError_t err = resident_units<kernel>(dim3(B), 1, 0, &resident);
   if (err != cudaSuccess) return err;
   const int64_t groups = a.grouping.stat_groups, bytes = a.view.outer / groups * a.view.length * int64_t(sizeof(T));
-  const int64_t budget = NORMSCAN_GROUP_REREAD_L2_PERCENT * d.l2_bytes / 100;
+  const int64_t budget = GroupedPolicy::kRereadL2Percent * d.l2_bytes / 100;
   // The smallest cluster whose blocks fill the GPU and whose resident blocks' shares of their
   // statistics fit the bound; where one block a statistic fills it, 16-bit ones alone take a
   // cluster to fit (docs/design-notes.md, "Channels and split rows").
@@ -98,13 +98,13 @@ inline cudaError_t launch_group_held_of(const ArgsFor<T, Op>& a, const DeviceInf
 }
 
 // The same on blocks of kGroupHeldSmallBlock threads for statistics that fill at most
-// NORMSCAN_GROUP_HELD_SMALL_BLOCKS of them, else of kGroupHeldBlock.
+// GroupedPolicy::kHeldSmallBlocks of them, else of kGroupHeldBlock.
 template <typename T, typename Op, int V>
 inline cudaError_t launch_group_held(const ArgsFor<T, Op>& a, const DeviceInfo& d, cudaStream_t stream,
                                      bool* launched) {
   if constexpr (kGroupHeldVecs > 0 && V * sizeof(T) == 16) {
     const int64_t vectors = a.view.outer / a.grouping.stat_groups * (a.view.length / V);
-    if (vectors <= int64_t(NORMSCAN_GROUP_HELD_SMALL_BLOCKS) * kGroupHeldSmallBlock * kGroupHeldVecs) {
+    if (vectors <= int64_t(GroupedPolicy::kHeldSmallBlocks) * kGroupHeldSmallBlock * kGroupHeldVecs) {
       const cudaError_t err = launch_group_held_of<T, Op, kGroupHeldSmallBlock, V>(a, d, vectors, stream, launched);
       if (err != cudaSuccess || *launched) return err;
     }
@@ -135,7 +135,7 @@ inline cudaError_t launch_group_reread(const ArgsFor<T, Op>& a, cudaStream_t str
     if (err != cudaSuccess) return err;
     err = launch_group_held<T, Op, V>(a, d, stream, launched);
     if (err != cudaSuccess || *launched) return err;
-    if (elements / V < int64_t(kGroupRereadBlock) * NORMSCAN_GROUP_REREAD_SMALL_VECTORS) {
+    if (elements / V < int64_t(kGroupRereadBlock) * GroupedPolicy::kRereadSmallVectors) {
       constexpr int most = kGroupRereadBlock / kGroupRereadSmallBlock / 2;
       err = launch_group_reread_of<T, Op, kGroupRereadSmallBlock, V>(a, d, most, stream, launched);
       if (err != cudaSuccess || *launched) return err;
@@ -187,7 +187,7 @@ inline cudaError_t launch_reread(const ArgsFor<T, Op>& a, cudaStream_t stream, A
 
 // Tiles a block of `kernel` (B threads, one tile B 16-byte vectors) holds on this device, read
 // once a device: as many as fit 1024 / B blocks a SM, each with the 1 KB the device reserves a
-// block, at most NORMSCAN_CHANNELS_MAX_HELD.
+// block, at most GroupedPolicy::kChannelsMaxHeld.
 template <auto kernel, int B> inline cudaError_t channels_held_tiles(int* out) {
   static int cache[kMaxDevices] = {};  // tiles + 1; 0 = not read yet
   int dev = 0;
@@ -201,7 +201,7 @@ template <auto kernel, int B> inline cudaError_t channels_held_tiles(int* out) {
     if (err == cudaSuccess) err = cudaFuncGetAttributes(&attrs, kernel);
     if (err != cudaSuccess) return err;
     const int64_t smem_block = min64(d.smem_optin, d.smem_sm / (1024 / B) - 1024) - attrs.sharedSizeBytes;
-    const int64_t tiles = min64(smem_block / (int64_t(B) * 16), NORMSCAN_CHANNELS_MAX_HELD);
+    const int64_t tiles = min64(smem_block / (int64_t(B) * 16), GroupedPolicy::kChannelsMaxHeld);
     cache[dev] = static_cast<int>(tiles > 0 ? tiles : 0) + 1;
   }
   *out = cache[dev] - 1;
@@ -209,7 +209,7 @@ template <auto kernel, int B> inline cudaError_t channels_held_tiles(int* out) {
 }
 
 // Statistics shared by rows taken by the whole GPU one after another (channels.cuh), in
-// Cfg's blocks and streams, where each is NORMSCAN_CHANNELS_MIN_RATIO times what the blocks
+// Cfg's blocks and streams, where each is GroupedPolicy::kChannelsMinRatio times what the blocks
 // hold or more: *launched tells whether they were. A block holds as many tiles as the
 // device's shared memory takes. Doubles are read twice (channels.cuh's batches spilled).
 template <typename T, typename Op, typename Cfg, typename Alloc>
@@ -233,7 +233,7 @@ inline cudaError_t launch_channels_of(const ArgsFor<T, Op>& a, cudaStream_t stre
     if (err != cudaSuccess) return err;
     const int64_t row_tiles = ceil_div(v.length / V, B), tiles = v.outer / g.stat_groups * row_tiles;
     const int64_t streams = min64(Cfg::kStreams, g.stat_groups), blocks = resident / streams;
-    if (blocks == 0 || tiles < NORMSCAN_CHANNELS_MIN_RATIO * held * blocks || tiles > UINT32_MAX - blocks)
+    if (blocks == 0 || tiles < GroupedPolicy::kChannelsMinRatio * held * blocks || tiles > UINT32_MAX - blocks)
       return cudaSuccess;
     using State = HeldState<RowStat<Op, acc_t<T>>>;
     void* workspace = alloc(State::bytes(g.stat_groups, blocks));
@@ -268,7 +268,7 @@ constexpr auto held_split =
 
 // Whether rows of `parts` parts go to the split kernel, `resident` of whose blocks fit.
 inline bool held_split_rows(int64_t parts, int64_t resident) {
-  return 100 * parts <= NORMSCAN_HELD_SPLIT_PERCENT * resident && parts <= 2 * resident;
+  return 100 * parts <= HeldPolicy::kSplitPercent * resident && parts <= 2 * resident;
 }
 
 // Launches the held kernel `kernel` of config Cfg over a's rows, `parts` parts a row.
@@ -298,7 +298,7 @@ inline cudaError_t launch_held(const ArgsFor<T, Op>& a, cudaStream_t stream, All
     err = resident_units<held_split<T, Op, Cfg>>(dim3(Cfg::kBlock), 1, kHeldSmem<Cfg>, &resident);
     if (err != cudaSuccess) return err;
     const int64_t parts = ceil_div(nvec, kHeldPart<Cfg>);
-    if (held_split_rows(parts, resident) && rows * parts >= NORMSCAN_HELD_SM_PARTS * resident) {
+    if (held_split_rows(parts, resident) && rows * parts >= HeldPolicy::kSmParts * resident) {
       *launched = true;
       return launch_held_kernel<held_split<T, Op, Cfg>, Cfg, T, Op>(a, parts, stream, alloc);
     }
@@ -374,7 +374,7 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
 
 // The column slots M a vector holds where the slab kernels (slab.cuh) take a view: 0 where
 // they do not; 1 for single elements; 2, 4 or 8 for 16-byte vectors. They take 2 to
-// NORMSCAN_SLAB_MAX_COLUMNS columns, a position's vectors no more than a block's threads: in
+// SlabPolicy::kMaxColumns columns, a position's vectors no more than a block's threads: in
 // 16-byte vectors where the slabs (one outer's (length, inner) block, in x and y) are
 // contiguous, inner is a multiple of V or a power of two below it and the slabs hold whole
 // vectors, each starting on a 16-byte boundary; else single elements, read where they lie (a
@@ -382,10 +382,10 @@ inline cudaError_t launch_strided_cluster(const ArgsFor<T, Op>& a, cudaStream_t 
 // ms on the strided kernels, H100).
 template <typename T, typename Op> inline int slab_slots(const ArgsFor<T, Op>& a) {
   constexpr int V = vec16<T>();
-  static_assert(NORMSCAN_SLAB_MAX_COLUMNS <= kSlabMaxColumns, "columns a slab block's shared memory holds");
+  static_assert(SlabPolicy::kMaxColumns <= kSlabMaxColumns, "columns a slab block's shared memory holds");
   const View& v = a.view;
   const int64_t k = v.inner;
-  if (!kSlabOp<Op> || k < 2 || k > NORMSCAN_SLAB_MAX_COLUMNS) return 0;
+  if (!kSlabOp<Op> || k < 2 || k > SlabPolicy::kMaxColumns) return 0;
   const bool vectors = v.x_si == 1 && v.y_si == 1 && v.x_sl == k && v.y_sl == k && (k % V == 0 || V % k == 0) &&
                        v.length * k % V == 0 &&
                        (v.outer == 1 || (v.x_so % V == 0 && v.y_so % V == 0)) &&
@@ -407,7 +407,7 @@ inline cudaError_t launch_slabs(const ArgsFor<T, Op>& a, cudaStream_t stream, Al
   const int cvs = static_cast<int>(a.view.inner / M);
   const SlabSplitting s = split_slabs(a.view.outer, a.view.length * a.view.inner / W, W, cvs, resident);
   if constexpr (W > 1 && WHOLE) {
-    if (cvs <= 32 && s.nvec <= NORMSCAN_SLAB_WARP_VECS)  // lanes joined by shuffles
+    if (cvs <= 32 && s.nvec <= SlabPolicy::kWarpVecs)  // lanes joined by shuffles
       return launch_units<reduce_scale_slab_warp_kernel<T, Op, B, W, M>>(Grid::PerUnit, dim3(B), 1,
                                                                           ceil_div(a.view.outer, B / 32), 0, stream, a, s);
   }

@@ -27,6 +27,7 @@
 #include "../device/memory.cuh"
 #include "../device/reduce.cuh"
 #include "ops.cuh"
+#include "policy.cuh"
 
 namespace normscan {
 
@@ -253,10 +254,7 @@ template <int BLOCK> constexpr int64_t kRereadTile = int64_t(BLOCK) * kRereadUnr
 // The split summing kernel's vectors in flight per thread, and so its tiles: its pass only
 // reads, and twice the loads a trip reach the read rate (docs/design-notes.md, "Channels and
 // split rows").
-#ifndef NORMSCAN_SPLIT_SUM_UNROLL
-#define NORMSCAN_SPLIT_SUM_UNROLL 8
-#endif
-template <int BLOCK> constexpr int64_t kSplitSumTile = int64_t(BLOCK) * NORMSCAN_SPLIT_SUM_UNROLL;
+template <int BLOCK> constexpr int64_t kSplitSumTile = int64_t(BLOCK) * RowsPolicy::kSplitSumUnroll;
 
 template <typename T, typename Op, int BLOCK, int V>
 __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
@@ -272,7 +270,7 @@ __global__ void __launch_bounds__(BLOCK, reread_min_blocks<T, Op>())
     auto acc = r.template accumulator<Op>();
     if (part == 0 && r.has_edge(threadIdx.x)) r.add_edge(acc, threadIdx.x);
     for (int64_t t = part; t * TILE < r.s.nvec; t += c.parts)
-      r.template add_vectors<BLOCK, Op, NORMSCAN_SPLIT_SUM_UNROLL>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
+      r.template add_vectors<BLOCK, Op, RowsPolicy::kSplitSumUnroll>(t * TILE, min64((t + 1) * TILE, r.s.nvec), acc);
     const auto stat = block_group_reduce<RowStatOp<Op>, BLOCK / 32>(acc.stat(), warp_stat[parity], 0, me);
     if (threadIdx.x == 0) stats[u] = stat;
   }
@@ -367,7 +365,7 @@ __global__ void __launch_bounds__(BLOCK, (HELD > 0 ? group_held_min_blocks<BLOCK
   // The summing pass's loads in flight a thread: fp32's as the split summing kernel's, the
   // others' as the scaling pass's (8 vectors a trip spilled 16-bit 16 bytes on sm_80, fp64 44
   // on sm_90).
-  constexpr int SUM_U = sizeof(T) == 4 ? NORMSCAN_SPLIT_SUM_UNROLL : kRereadUnroll, SCALE_U = kRereadUnroll;
+  constexpr int SUM_U = sizeof(T) == 4 ? RowsPolicy::kSplitSumUnroll : kRereadUnroll, SCALE_U = kRereadUnroll;
   __shared__ Stat warp_stat[2][BLOCK / 32];
   __shared__ Stat cta_stat[2];  // this block's statistic, for the cluster's others to read
   const WarpPlace me = WarpPlace::of_thread();

@@ -40,12 +40,9 @@ struct SlabSplitting {
   int cvs, stride;
 };
 
-// Vectors a thread has in flight: kRereadUnroll 16-byte ones, or NORMSCAN_SLAB_ELEMENT_UNROLL
+// Vectors a thread has in flight: kRereadUnroll 16-byte ones, or SlabPolicy::kElementUnroll
 // single elements (measured: docs/tuning-record.md, slab-element-unroll).
-#ifndef NORMSCAN_SLAB_ELEMENT_UNROLL
-#define NORMSCAN_SLAB_ELEMENT_UNROLL 4
-#endif
-__host__ __device__ constexpr int slab_unroll(int w) { return w > 1 ? kRereadUnroll : NORMSCAN_SLAB_ELEMENT_UNROLL; }
+__host__ __device__ constexpr int slab_unroll(int w) { return w > 1 ? kRereadUnroll : SlabPolicy::kElementUnroll; }
 
 // Blocks a SM: a block not all at work (WHOLE false) keeps its stride at run time, and at 4
 // three 16-bit kernels of 8 column slots spilled 4 bytes.
