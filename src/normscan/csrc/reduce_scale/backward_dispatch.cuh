@@ -145,28 +145,42 @@ template <typename Cfg> struct RungOf<PastOneBlock<Cfg>> {
   static constexpr int64_t kMinBlocks = 2;
 };
 
+// Whether a rung's kernel adds dh (ADDS): all but the long rows' (read from shared memory,
+// their registers at the bound) and a centered op's warp a row of 16-bit rows with float32
+// parameters (the weight, dw and db held): there the added vector spilled 8 bytes (ptxas,
+// sm_80 and sm_90). Rows whose rung does not add it take the backward, then the add.
+template <typename T, typename Op, typename Cfg>
+constexpr bool kAddsInPass =
+    !Cfg::kRowsInSmem && !(Op::kCentered && sizeof(param_t<T, Op>) > sizeof(T) && Cfg::kThreadsPerRow == 32);
+
 // Calls f(plan) with the first of `rungs` that holds rows of nvec V-element vectors, with at
 // most max_cluster blocks a cluster, and a non-portable cluster size or more than 48 KB of
 // shared memory a block only where the device runs it (the long rows' 192 KB exceed an
-// A100's 163); false where none does. *err: a failure to ask the device (then true, f not
-// called).
+// A100's 163); false where none does, or where that rung adds no dh (ADDS). *err: a failure
+// to ask the device (then true, f not called).
 template <typename T, typename Op, int V, bool WEIGHTED, bool ADDS, typename F, typename... Cfgs>
 inline bool with_first_rung(BackwardRungs<Cfgs...>, int64_t nvec, int64_t max_cluster, cudaError_t* err, F&& f) {
+  bool served = false;
   const auto holds = [&](auto rung) {
     using Cfg = typename RungOf<decltype(rung)>::Config;
     const int64_t blocks = nvec > 0 ? ceil_div(nvec, Cfg::kVecsPerBlock) : 1;  // empty rows: a block of the first
     if (blocks > min64(max_cluster, Cfg::kMaxCluster) || blocks < RungOf<decltype(rung)>::kMinBlocks) return false;
-    const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED, ADDS> plan{static_cast<int>(blocks)};
-    if (blocks > kMaxPortableCluster || plan.kSmem > 48 * 1024) {
-      int64_t fit = 0;
-      *err = plan.resident(&fit);
-      if (*err != cudaSuccess) return true;
-      if (fit == 0) return false;
+    if constexpr (ADDS && !kAddsInPass<T, Op, Cfg>) {
+      return true;  // the rung that holds the row adds no dh: not served
+    } else {
+      const BackwardRowsPlan<T, Op, Cfg, V, WEIGHTED, ADDS> plan{static_cast<int>(blocks)};
+      if (blocks > kMaxPortableCluster || plan.kSmem > 48 * 1024) {
+        int64_t fit = 0;
+        *err = plan.resident(&fit);
+        if (*err != cudaSuccess) return served = true;
+        if (fit == 0) return false;
+      }
+      f(plan);
+      return served = true;
     }
-    f(plan);
-    return true;
   };
-  return (holds(Cfgs{}) || ...);
+  (holds(Cfgs{}) || ...);
+  return served;
 }
 
 // Calls f(plan) for the kernel that holds rows of nvec V-element vectors on a device of
