@@ -108,8 +108,14 @@ def merge_normalized(grad, x, dx, count: int) -> tuple | None:
     x, merged_dx = view.merge_trailing(x, count), view.merge_trailing(dx, count)
     if x is None or merged_dx is None:
         return None
-    merged = view.merge_trailing(grad, count)
-    return (merged if merged is not None else view.merge_trailing(_like(grad, dx), count)), x, merged_dx
+    return _merged_like(grad, dx, count), x, merged_dx
+
+
+def _merged_like(t, dx, count: int):
+    """t with its last `count` dims as one: a view where they merge, else t copied to dx's
+    layout first."""
+    merged = view.merge_trailing(t, count)
+    return merged if merged is not None else view.merge_trailing(_like(t, dx), count)
 
 
 def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, dw_part=None,
@@ -132,13 +138,11 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, 
         return None  # the kernels sum db beside dw
     dx = view.output_like(x) if dx is None else dx
     tensors = grad, x, dx
-    if dh is not None and dh.stride() != dx.stride():
-        dh = _like(dh, dx)
     if spec.trailing:
         tensors = merge_normalized(grad, x, dx, len(dim))
         if tensors is None:
             return None
-        dh = None if dh is None else view.merge_trailing(dh, len(dim))
+        dh = None if dh is None else _merged_like(dh, dx, len(dim))
         dim = tensors[1].dim() - 1
     rows = _rows(*tensors, dim)
     if rows is None:

@@ -180,7 +180,9 @@ def _gradients(name: str, h, weight, bias, stats, count: int, eps: float, x_dtyp
         spec = REGISTRY[name]
         if layer:
             grads = backward.reduce_scale(spec, g, h, shape, [w, b, eps], param_grads, stats, dh=dh)
-        else:  # over rows: its normalized dims as one
+        elif count == 1:
+            grads = backward.reduce_scale(spec, g, h, h.dim() - 1, [eps, w], param_grads, dh=dh)
+        else:  # rms_norm reduces one dim: its normalized dims as one
             grads = backward.reduce_scale(spec, _rows(g, count), _rows(h, count), 1,
                                           [eps, None if w is None else w.reshape(-1)], param_grads,
                                           dh=None if dh is None else _rows(dh, count))

@@ -26,6 +26,11 @@ template <typename T> struct ShardedRows {
   bool vectors;                    // every row starts on 16 bytes and is whole vectors
 };
 
+// A row's units: 16-byte vectors where the rows are, else elements.
+template <typename T> __host__ __device__ inline int64_t row_units(const ShardedRows<T>& a) {
+  return a.vectors ? a.length / vec16<T>() : a.length;
+}
+
 // Warps a row of `units`: 1, 2, 4 or 8, the fewest that leave no thread more than two trips.
 inline int sharded_row_warps(int64_t units) {
   int warps = 1;
@@ -93,6 +98,7 @@ __global__ void __launch_bounds__(kShardedBlock) sharded_partial_stats_kernel(Sh
 // Units of a row a group of the scale takes at most: a row longer than a block's two trips is
 // split into spans of it, each a block's (whole rows left the last of few waves part empty).
 constexpr int64_t kShardedSpan = int64_t(kShardedBlock) * 2 * kShardedUnroll;
+__host__ __device__ inline int64_t sharded_spans(int64_t units) { return (units + kShardedSpan - 1) / kShardedSpan; }
 
 // y = (x - shift) * scale [* w] [+ b], row r's (shift, scale) at stats[2r], stats[2r + 1];
 // w and b (x's dtype, or float32 beside 16-bit x) 16-byte aligned where the rows are vectors.
@@ -105,8 +111,7 @@ __global__ void __launch_bounds__(kShardedBlock, 1)
   using A = acc_t<T>;
   constexpr int THREADS = 32 * WARPS, ROWS = kShardedBlock / THREADS;
   const int group = static_cast<int>(threadIdx.x) / THREADS, t = static_cast<int>(threadIdx.x) % THREADS;
-  const int64_t units = a.vectors ? a.length / vec16<T>() : a.length;
-  const int64_t spans = (units + kShardedSpan - 1) / kShardedSpan;
+  const int64_t units = row_units(a), spans = sharded_spans(units);
   for (int64_t item = int64_t(blockIdx.x) * ROWS + group; item < a.rows * spans; item += int64_t(gridDim.x) * ROWS) {
     const int64_t r = item / spans, begin = (item - r * spans) * kShardedSpan;
     const A shift = stats[2 * r], scale = stats[2 * r + 1];
@@ -151,7 +156,6 @@ template <typename F> inline void with_row_warps(int64_t units, F&& f) {
     default: return f(std::integral_constant<int, 8>{});
   }
 }
-template <typename T> inline int64_t row_units(const ShardedRows<T>& a) { return a.vectors ? a.length / vec16<T>() : a.length; }
 inline unsigned sharded_grid(int64_t rows, int warps) {
   const int64_t row_groups = kShardedBlock / (32 * warps);
   return static_cast<unsigned>(min64((rows + row_groups - 1) / row_groups, int64_t(1) << 30));
@@ -171,9 +175,8 @@ inline cudaError_t launch_sharded_scale(const ShardedRows<T>& a, T* y, int64_t y
                                         const P* w, const P* b, cudaStream_t stream) {
   if (a.rows == 0 || a.length == 0) return cudaSuccess;
   with_row_warps(row_units(a), [&](auto warps) {
-    const int64_t spans = (row_units(a) + kShardedSpan - 1) / kShardedSpan;
-    sharded_scale_kernel<T, P, warps()>
-        <<<sharded_grid(a.rows * spans, warps()), kShardedBlock, 0, stream>>>(a, y, y_stride, stats, w, b);
+    sharded_scale_kernel<T, P, warps()><<<sharded_grid(a.rows * sharded_spans(row_units(a)), warps()), kShardedBlock,
+                                          0, stream>>>(a, y, y_stride, stats, w, b);
   });
   return cudaGetLastError();
 }
