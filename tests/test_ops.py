@@ -508,8 +508,16 @@ def test_fast_path_declines_what_it_does_not_take(name):
         assert entry(*_fast_args(name, bad, 1)) is None, (bad.dtype, bad.device, bad.stride())
     for dim in (2, -3):
         assert entry(*_fast_args(name, x, dim)) is None
+    # Gradients wanted and CUDA autocast: the Python side of the fast path declines them.
+    from normscan import registry
+
+    fast = registry.scan_fast if spec.family.name == "scan" else registry.reduce_scale_fast
     needs_grad = x.clone().requires_grad_()
-    assert entry(*_fast_args(name, needs_grad, 1)) is None
+    assert fast(spec, *_fast_args(name, needs_grad, 1)[:2], *_fast_args(name, needs_grad, 1)[3:]) is None
+    with torch.no_grad():
+        assert fast(spec, *_fast_args(name, needs_grad, 1)[:2], *_fast_args(name, needs_grad, 1)[3:]) is not None
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert fast(spec, *_fast_args(name, x, 1)[:2], *_fast_args(name, x, 1)[3:]) is None
     args = _fast_args(name, x, 1)  # wrong types and counts raise, as a Python function's would
     with pytest.raises(TypeError, match=f"takes {len(args)} positional arguments, got {len(args) - 1}"):
         entry(*args[:-1])
@@ -517,14 +525,12 @@ def test_fast_path_declines_what_it_does_not_take(name):
         entry(x, "1", *args[2:])
     with pytest.raises(TypeError, match="expected a Tensor, got list"):
         entry([x], *args[1:])
-    with torch.no_grad():
-        assert entry(*_fast_args(name, needs_grad, 1)) is not None
     if spec.takes("weight"):
         w = torch.rand(40, device="cuda")
         assert entry(*_fast_args(name, x, 1, w)) is not None
-        for bad in (w.double(), w[:39], w.view(1, 40), torch.rand(80, device="cuda")[::2], w.cpu(),
-                    w.clone().requires_grad_()):
+        for bad in (w.double(), w[:39], w.view(1, 40), torch.rand(80, device="cuda")[::2], w.cpu()):
             assert entry(*_fast_args(name, x, 1, bad)) is None, (bad.shape, bad.dtype, bad.stride(), bad.device)
+        assert fast(spec, x, 1, None, w.clone().requires_grad_()) is None
 
 
 @pytest.mark.gpu
@@ -595,9 +601,13 @@ def test_binding_refuses_what_the_kernels_cannot_take():
                                        (), None)
     with pytest.raises(RuntimeError, match="no reduce-scale op has id 99 in this build"):
         ext("l2_normalize").reduce_scale(x, y, None, None, 99, v, 0.0, (), None)
-    with pytest.raises(RuntimeError, match=f"no reduce-scale op has id {rms} in this build"):  # l2's kernels alone
+    if _build.prebuilt_serves("reduce_scale", _build.arch()):  # the wheel's module: every op's kernels
         ext("l2_normalize").reduce_scale(x, y, None, None, rms, v, 0.0, (), None)
-    with pytest.raises(RuntimeError, match="the view reaches past y's storage"):
+        torch.testing.assert_close(y, reference.rms_norm(x, -1, 0.0), rtol=1e-5, atol=1e-6)
+    else:
+        with pytest.raises(RuntimeError, match=f"no reduce-scale op has id {rms} in this build"):  # l2's kernels alone
+            ext("l2_normalize").reduce_scale(x, y, None, None, rms, v, 0.0, (), None)
+    with pytest.raises(RuntimeError, match="the view reaches past y's elements"):
         ext("l2_normalize").reduce_scale(x, torch.empty(2, 8, device="cuda"), None, None, l2, v, 0.0, (), None)
     with pytest.raises(RuntimeError, match="a view has 9 fields, got 3"):
         ext("l2_normalize").reduce_scale(x, y, None, None, l2, v[:3], 0.0, (), None)
@@ -617,17 +627,17 @@ def test_binding_refuses_what_the_kernels_cannot_take():
         ext("layer_norm").reduce_scale(x, y, None, None, ln, v, 0.0, (), torch.empty(3, 2, device="cuda"))
     backward_ext = _build.load("reduce_scale_backward", ln)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {ln} needs its forward's stats"):
-        backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0, None)
+        backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0, None, None, 0)
     with pytest.raises(RuntimeError, match=f"reduce-scale op {rms} takes no stats: stats must be None"):
         _build.load("reduce_scale_backward", rms).reduce_scale_backward(x, x, y, None, False, False, None, rms, v, 8,
-                                                                        1e-5, torch.empty(4, 2, device="cuda"))
+                                                                        1e-5, torch.empty(4, 2, device="cuda"), None, 0)
     with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor"):
         backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0,
-                                           torch.empty(4, 2, device="cuda", dtype=torch.float64))
+                                           torch.empty(4, 2, device="cuda", dtype=torch.float64), None, 0)
     with pytest.raises(RuntimeError, match=r"stats must be a contiguous \(4, 2\) float32 tensor on x's device, "
                                            "aligned to 8 bytes"):  # one float past an allocation's start
         backward_ext.reduce_scale_backward(x, x, y, None, False, False, None, ln, v, 8, 0.0,
-                                           torch.empty(9, device="cuda")[1:].view(4, 2))
+                                           torch.empty(9, device="cuda")[1:].view(4, 2), None, 0)
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['cumsum'].op_id} takes no mask"):
         ext("cumsum").scan(x, y, REGISTRY["cumsum"].op_id, v, False, False, torch.ones_like(x, dtype=torch.bool))
     with pytest.raises(RuntimeError, match=f"scan op {REGISTRY['masked_cumsum'].op_id} needs a mask"):

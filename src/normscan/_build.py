@@ -1,17 +1,21 @@
-"""First-use build of the CUDA kernels in ``csrc/``: a kernel family's forward, its
-backward and its out-dtype forms are each an extension of their own, and each is built one
-op at a time.
+"""The CUDA kernels of ``csrc/`` as Python modules: prebuilt in a wheel, else built on first use.
 
-An extension (``csrc/<family>/binding.cu``, ``backward_binding.cu`` for
-``<family>_backward``, ``out_binding.cu`` for ``<family>_out``, with the headers it includes) is compiled through ``load_inline``
-for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is first used
-(called, or its gradient taken), for the current device's architecture only, and cached
-under ``cache_dir()`` in a folder named by the extension, the op and a hash of the sources,
-the flags and the toolchain: a change to any of them builds anew, nothing else does. So a
-first call builds only what it uses: on one core one op's kernels took under a minute,
-reduce_scale's seven three (docs/design-notes.md, "Building"). Concurrent builds serialise on an
-``flock`` (the kernel drops it when a process dies, so a killed build never leaves a lock
-behind); a build happens in a private folder that is renamed into place only once complete.
+A kernel family's forward, its backward and its out-dtype forms are each an extension of
+their own (``csrc/<family>/binding.cu``, ``backward_binding.cu`` for ``<family>_backward``,
+``out_binding.cu`` for ``<family>_out``, with the headers they include). Each is one CUDA
+source whose CPython module (``csrc/python/module.h``) takes torch tensors through DLPack's
+C exchange API: nvcc alone builds it, with no torch header, into a module of CPython's
+stable ABI, so one build serves every torch >= 2.10 and every Python >= 3.10.
+
+A wheel made by ``tools/build_wheel.py`` holds every extension built for its archs
+(``prebuilt/``). Elsewhere (another GPU, an edited checkout, tuning flags) an extension is
+built for one op (``-DNORMSCAN_ONLY_OPS``: that op's kernels alone) when the op is first used,
+for the current device's architecture only, and cached under ``cache_dir()`` in a folder
+named by the extension, the op and a hash of the sources, the flags and the toolchain: a
+change to any of them builds anew, nothing else does. On one core one op's kernels took under
+a minute (docs/design-notes.md, "Building"). Concurrent builds serialise on an ``flock`` (the
+kernel drops it when a process dies, so a killed build never leaves a lock behind); a build
+happens in a private folder that is renamed into place only once complete.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import fcntl
 import functools
 import hashlib
 import importlib.util
-import inspect
+import json
 import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from contextlib import contextmanager
@@ -36,17 +41,27 @@ from types import ModuleType
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-# The declarations of every extension's entry, compiled by the host compiler into the module
-# that Python imports (load_inline's main.cpp); each extension binds its own: pybind11 binds
-# the entries, CPython's METH_FASTCALL the fast path's (FASTCALL).
+# The entries' declarations (csrc/entries.h) and the CPython module that binds them
+# (csrc/python/module.h): each extension is one CUDA source, its module's table appended
+# (module_table), compiled by nvcc alone into a module of CPython's stable ABI that takes
+# torch tensors through DLPack: no torch header, so one build serves every torch >= 2.10
+# and every Python >= 3.10.
 ENTRIES = "entries.h"
-FASTCALL = "fastcall.h"
+MODULE = "python/module.h"
 # Host code hidden: each op's build is a module of its own, with the same C++ names as the
-# others; hidden, a module's templates' statics (the fast path's PyMethodDef, launch.cuh's
-# per-kernel caches) stay its own instead of one object across modules (STB_GNU_UNIQUE).
+# others; hidden, a module's templates' statics (launch.cuh's per-kernel caches) stay its own
+# instead of one object across modules (STB_GNU_UNIQUE).
 HOST_FLAGS = ["-fvisibility=hidden"]
 NVCC_HOST_FLAGS = [f"-Xcompiler={f}" for f in HOST_FLAGS]  # the same, for nvcc's host compiler
-CUDA_FLAGS = ["-O3", "--split-compile=0", *NVCC_HOST_FLAGS]  # the C++ standard: torch's
+# The kernels' flags: torch's for .cu files (load_inline's, under which the kernels were
+# tuned), C++17, one compiler process.
+CUDA_FLAGS = ["-std=c++17", "-O3", "--split-compile=0", "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__",
+              "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+              *NVCC_HOST_FLAGS]
+# The module's: a shared object of CPython's stable ABI from 3.10 (abi3), the CUDA runtime
+# linked in (nvcc's default): it needs the driver alone.
+PY_LIMITED_API = "0x030A0000"
+MODULE_FLAGS = ["-shared", "-Xcompiler=-fPIC", f"-DPy_LIMITED_API={PY_LIMITED_API}"]
 
 
 def cuda_flags() -> list[str]:
@@ -114,9 +129,27 @@ def expand_source(entry: str, skip: frozenset[str] = frozenset(), seen: set[Path
     return _INCLUDE.sub(inline, text)
 
 
+def module_table(entries: list[str]) -> str:
+    """The CPython module's method table of these entries and its PyInit function, named by
+    the macro NORMSCAN_MODULE (the module's name: a -D flag, outside the build key's source)."""
+    rows = "".join(f'    normscan::module::method<&{e}>("{e}"),\n' for e in entries)
+    return ("\nnamespace {\nPyMethodDef normscan_methods[] = {\n" + rows + "    {nullptr, nullptr, 0, nullptr},\n};\n"
+            "PyModuleDef normscan_module_def = {PyModuleDef_HEAD_INIT, NORMSCAN_STRINGIFY(NORMSCAN_MODULE), nullptr, -1, "
+            "normscan_methods};\n}  // namespace\n"
+            "PyMODINIT_FUNC NORMSCAN_CONCAT(PyInit_, NORMSCAN_MODULE)(void) { "
+            "return normscan::module::create(&normscan_module_def); }\n")
+
+
+def module_source(binding: str, entries: list[str], skip: frozenset[str] = frozenset()) -> str:
+    """One module's CUDA source: `binding` (a file under csrc/) and the module binding
+    `entries`, headers inlined once each."""
+    seen: set[Path] = set()
+    return (expand_source(binding, skip, seen) + expand_source(MODULE, skip, seen) + module_table(entries))
+
+
 def extension_source(extension: str) -> str:
-    """The CUDA source of one extension, its headers inlined."""
-    return expand_source(_binding(extension))
+    """The CUDA source of one extension, its headers inlined, its module's table appended."""
+    return module_source(_binding(extension), extension_entries(extension))
 
 
 def extension_entries(extension: str) -> list[str]:
@@ -159,19 +192,6 @@ def only_ops_flag(op: int) -> str:
     return f"-DNORMSCAN_ONLY_OPS={1 << op:#x}ull"
 
 
-def module_source(extension: str) -> str:
-    """load_inline's main.cpp: the families' entries declared, and the module binding this
-    extension's; the fast path's through CPython's calling convention (csrc/fastcall.h), the
-    others through pybind11, with torch's error translation as load_inline's own would."""
-    binds = [f'normscan::fastcall::add<{f}>(m, "{f}");' if f.endswith("_contiguous") else
-             f'm.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in extension_entries(extension)]
-    # torch's pybind11 casters and error translation, not all of torch/extension.h, which
-    # nearly doubled main.cpp's compile (docs/design-notes.md, "Building").
-    includes = ["#include <torch/csrc/Exceptions.h>", "#include <torch/csrc/utils/pybind.h>"]
-    return "\n".join([*includes, expand_source(ENTRIES), expand_source(FASTCALL),
-                      "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {", *binds, "}"])
-
-
 def cache_dir() -> Path:
     """Where built extensions live: ``$NORMSCAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/normscan``."""
     env = os.environ.get("NORMSCAN_CACHE_DIR")
@@ -189,11 +209,67 @@ def arch() -> tuple[int, int]:
     return torch.cuda.get_device_capability()
 
 
+def nvcc() -> str:
+    """The nvcc that builds the kernels: $NORMSCAN_NVCC, else the PATH's, else $CUDA_HOME's or
+    /usr/local/cuda's, else pip's (the nvidia-cuda-nvcc package). Raises BuildError where none is."""
+    given = os.environ.get("NORMSCAN_NVCC")
+    if given:
+        return given
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    places = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        places += [Path(root) / "cu13" / "bin" / "nvcc", Path(root) / "cuda_nvcc" / "bin" / "nvcc"]
+    for place in places:
+        if place.exists():
+            return str(place)
+    raise BuildError("normscan: building the CUDA kernels for this GPU needs nvcc, and none was found (on the PATH, "
+                     "in $CUDA_HOME/bin or /usr/local/cuda/bin, or from pip's nvidia-cuda-nvcc): install the CUDA "
+                     "toolkit or `pip install nvidia-cuda-nvcc`, or set NORMSCAN_NVCC; a normscan wheel's prebuilt "
+                     "kernels need none on the GPUs it lists (README, Install)")
+
+
+@functools.cache
+def toolchain(compiler: str) -> str:
+    """The compiler's version line: part of every build's key."""
+    run = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+    return run.stdout.strip().splitlines()[-1] if run.returncode == 0 and run.stdout.strip() else compiler
+
+
 def build_key(source: str, capability: tuple[int, int]) -> str:
-    """Hash of everything that changes the binary (`source`: the sources, CUDA and C++)."""
-    parts = [source, " ".join(HOST_FLAGS + cuda_flags()), torch.__version__, str(torch.version.cuda),
-             f"sm_{capability[0]}{capability[1]}", sys.version.split()[0]]
+    """Hash of everything that changes the binary (`source`: the sources and their flags):
+    the toolchain, the architecture. Not torch's version nor Python's: the module reads
+    tensors through DLPack and is of CPython's stable ABI."""
+    parts = [source, " ".join(cuda_flags() + MODULE_FLAGS), toolchain(nvcc()), f"sm_{capability[0]}{capability[1]}"]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def gencode(archs: list[tuple[int, int]], ptx: bool = False) -> list[str]:
+    """nvcc's flags for each arch's device code, and the newest one's PTX where `ptx`."""
+    flags = [f"-gencode=arch=compute_{a}{b},code=sm_{a}{b}" for a, b in archs]
+    if ptx:
+        a, b = max(archs)
+        flags.append(f"-gencode=arch=compute_{a}{b},code=compute_{a}{b}")
+    return flags
+
+
+def compile_module(name: str, source: str, flags: list[str], folder: Path, log: Path | None = None) -> Path:
+    """`source` built by nvcc into the module `name` (`folder`/`name`.abi3.so) with `flags`
+    (gencode's, an op's); its path; the compiler's output into `log` where given. Raises
+    BuildError with that output."""
+    src = folder / f"{name}.cu"
+    src.write_text(source)
+    out = folder / f"{name}.abi3.so"
+    command = [nvcc(), *cuda_flags(), *MODULE_FLAGS, f"-DNORMSCAN_MODULE={name}",
+               f"-I{sysconfig.get_paths()['include']}", *flags, str(src), "-o", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if log is not None:
+        log.write_text(run.stdout + run.stderr)
+    if run.returncode != 0:
+        raise BuildError(f"normscan: `{' '.join(command)}` failed:\n{(run.stderr or run.stdout)[-8000:]}")
+    return out
 
 
 def _ensure_visible_logging() -> None:
@@ -206,10 +282,11 @@ def _ensure_visible_logging() -> None:
 
 
 def _import_built(name: str, folder: Path) -> ModuleType:
-    matches = sorted(folder.glob(f"{name}*.so"))
-    if not matches:
-        raise BuildError(f"normscan: the cache folder {folder} has no {name}*.so; delete it and retry")
-    spec = importlib.util.spec_from_file_location(name, matches[0])
+    path = folder / f"{name}.abi3.so"
+    if not path.exists():
+        raise BuildError(f"normscan: the folder {folder} has no {path.name}; delete it and retry (a cache folder) "
+                         "or reinstall normscan (its prebuilt kernels)")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -237,7 +314,7 @@ def functor_of(extension: str, op: int) -> str:
 def _name(extension: str, op: int, source: str, capability: tuple[int, int]) -> str:
     """The built module's name and cache folder: the extension, the op, and the key of what
     builds them."""
-    key = build_key("\0".join([source, module_source(extension), only_ops_flag(op)]), capability)
+    key = build_key("\0".join([source, only_ops_flag(op)]), capability)
     return f"normscan_{extension}_{functor_of(extension, op)}_{key}"
 
 
@@ -248,34 +325,61 @@ def build_folder(extension: str, op: int) -> Path:
 
 
 def is_built(extension: str, op: int) -> bool:
-    """Whether this extension's build of this op for this device, sources and toolchain is in
-    the cache."""
-    return torch.cuda.is_available() and (build_folder(extension, op) / "COMPLETE").exists()
+    """Whether this extension's build of this op for this device, sources and toolchain is
+    prebuilt or in the cache."""
+    return torch.cuda.is_available() and (prebuilt_serves(extension, arch()) or
+                                          (build_folder(extension, op) / "COMPLETE").exists())
 
 
 def _compile(name: str, extension: str, op: int, source: str, capability: tuple[int, int],
              folder: Path) -> ModuleType:
-    from torch.utils import cpp_extension
-
-    kwargs = {}
-    if "no_implicit_headers" in inspect.signature(cpp_extension.load_inline).parameters:
-        kwargs["no_implicit_headers"] = True  # the bindings include just what they need
-    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = f"{capability[0]}.{capability[1]}"  # this device only
     try:
-        return cpp_extension.load_inline(
-            name=name, cpp_sources=[module_source(extension)], cuda_sources=[source], functions=None,
-            extra_cflags=HOST_FLAGS, extra_cuda_cflags=cuda_flags() + [only_ops_flag(op)], build_directory=str(folder),
-            verbose=False, **kwargs)
-    except Exception as err:  # re-raised with context: the compiler's output is in err
+        compile_module(name, source, [*gencode([capability]), only_ops_flag(op)], folder)
+    except BuildError as err:
         raise BuildError(f"normscan: compiling the {extension} kernels of {functor_of(extension, op)} for "
-                         f"sm_{capability[0]}{capability[1]} "
-                         f"failed (build folder {folder}):\n{err}") from err
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+                         f"sm_{capability[0]}{capability[1]} failed (build folder {folder}):\n{err}") from err
+    return _import_built(name, folder)
+
+
+# ---------------------------------------------------------------- prebuilt kernels
+# A wheel's prebuilt modules (tools/build_wheel.py): normscan/prebuilt/normscan_<extension>.abi3.so,
+# every op of the extension for the archs manifest.json lists, with the key of the sources and
+# flags they were built from. Used where the key is this package's own (an edited checkout
+# builds anew), the device runs one of their archs, no tuning flags are set and
+# $NORMSCAN_PREBUILT is not 0.
+PREBUILT = Path(__file__).parent / "prebuilt"
+
+
+def source_key(extension: str) -> str:
+    """The key of what an extension's prebuilt module is built from: its source, the flags."""
+    parts = [extension_source(extension), " ".join(CUDA_FLAGS + MODULE_FLAGS)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def prebuilt_manifest() -> dict:
+    """The prebuilt modules' manifest (empty where the package has none)."""
+    path = PREBUILT / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def runs_on(archs: list[str], ptx: str | None, capability: tuple[int, int]) -> bool:
+    """Whether device code for `archs` (sm_XY) or PTX `ptx` (compute_XY) runs on a device of
+    `capability`: an sm_XY binary on X.Z for Z >= Y (CUDA's compatibility within a major
+    version), PTX on any later device (the driver compiles it on first use)."""
+    major, minor = capability
+    built = [(int(a[3:-1]), int(a[-1])) for a in archs]
+    return any(m == major and n <= minor for m, n in built) or (
+        ptx is not None and (int(ptx[8:-1]), int(ptx[-1])) <= capability)
+
+
+def prebuilt_serves(extension: str, capability: tuple[int, int]) -> bool:
+    """Whether the extension's prebuilt module serves this package and device (the section's
+    comment says when)."""
+    manifest = prebuilt_manifest()
+    return bool(manifest) and os.environ.get("NORMSCAN_PREBUILT") != "0" and \
+        not os.environ.get("NORMSCAN_EXTRA_CUDA_FLAGS") and manifest["keys"].get(extension) == source_key(extension) \
+        and runs_on(manifest["archs"], manifest.get("ptx"), capability)
 
 
 # The build of (extension, op) if this process has loaded it already, else None (no build,
@@ -311,6 +415,10 @@ def load(extension: str, op: int) -> ModuleType:
                 f"(Ampere, sm_80); {torch.cuda.get_device_name()} is sm_{capability[0]}{capability[1]}. On this GPU, "
                 "use the PyTorch expressions in normscan.reference, or move the tensors to the CPU, where normscan "
                 "computes them.")
+        if prebuilt_serves(extension, capability):  # every op's kernels
+            prebuilt = _import_built(f"normscan_{extension}", PREBUILT)
+            _modules.update({(extension, o): prebuilt for o in extension_ops(extension).values()})
+            return prebuilt
         source = extension_source(extension)
         name = _name(extension, op, source, capability)
         root = cache_dir()

@@ -263,19 +263,28 @@ def declare(function: Callable, *, family: str, functor: str, reference: Callabl
 
 
 # ---------------------------------------------------------------- the fast path
-# The eager call's common case whole in C++ (csrc/binding.cuh, contiguous_view): a CUDA x of
-# type Tensor (not a subclass: a DTensor or a tensor of torch.compile's takes the checked path),
-# an int dim, arguments of plain types, not compiling, the op's build loaded. The entry checks
-# the rest (layout, dtypes, gradients wanted, autocast) and launches, or returns None, and the
-# checked path runs: the answer is the same either way, only the host's time differs.
+# The eager call's common case in one call of the op's module (csrc/binding.cuh,
+# contiguous_view): a CUDA x of type Tensor (not a subclass: a DTensor or a tensor of
+# torch.compile's takes the checked path), an int dim, arguments of plain types, not
+# compiling, CUDA autocast off (the custom op casts as PyTorch's own op), no gradient wanted
+# of x or the weight, the op's build loaded. The entry checks the rest (layout, dtypes) and
+# launches, or returns None, and the checked path runs: the answer is the same either way,
+# only the host's time differs.
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 _loaded, _compiling = _build.loaded, torch.compiler.is_compiling
+_grad_enabled, _autocast_enabled = torch.is_grad_enabled, torch.is_autocast_enabled
+
+
+def _plain(x) -> bool:
+    """x is a CUDA Tensor of no subclass, outside torch.compile and CUDA autocast."""
+    return type(x) is _Tensor and x.is_cuda and not _compiling() and not _autocast_enabled("cuda")
 
 
 def reduce_scale_fast(spec: OpSpec, x, dim, eps=0.0, weight=None) -> torch.Tensor | None:
     """The fast path of a reduce-scale op over one dim: y, or None (take spec.call)."""
-    if type(x) is _Tensor and x.is_cuda and type(dim) is int and (eps is None or type(eps) is float) and \
-            (weight is None or type(weight) is _Tensor or type(weight) is _Parameter) and not _compiling():
+    if _plain(x) and type(dim) is int and (eps is None or type(eps) is float) and \
+            (weight is None or type(weight) is _Tensor or type(weight) is _Parameter) and \
+            not (_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))):
         ext = _loaded(spec.build)
         if ext is not None:
             return ext.reduce_scale_contiguous(x, dim, spec.op_id, eps, weight)
@@ -284,8 +293,8 @@ def reduce_scale_fast(spec: OpSpec, x, dim, eps=0.0, weight=None) -> torch.Tenso
 
 def scan_fast(spec: OpSpec, x, dim, reverse, exclusive) -> torch.Tensor | None:
     """The fast path of a scan over one dim: y, or None (take spec.call)."""
-    if type(x) is _Tensor and x.is_cuda and type(dim) is int and type(reverse) is bool and \
-            type(exclusive) is bool and not _compiling():
+    if _plain(x) and type(dim) is int and type(reverse) is bool and type(exclusive) is bool and \
+            not (x.requires_grad and _grad_enabled()):
         ext = _loaded(spec.build)
         if ext is not None:
             return ext.scan_contiguous(x, dim, spec.op_id, reverse, exclusive)

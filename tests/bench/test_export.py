@@ -66,7 +66,8 @@ def test_exported_solution_is_self_contained_and_clean(tmp_path, name):
     assert f'CUDA_SOURCE = r"""\n#define {spec.family.ops_macro}(X) X({spec.op_id}, {spec.functor})\n' in source
     cuda = source.split('CUDA_SOURCE = r"""')[1].split('"""')[0]
     # the float32-only build resolved: no other dtype, no fast path
-    assert "cuda_fp16.h" not in cuda and "NORMSCAN_FLOAT32_ONLY" not in cuda and "kHalf" not in cuda
+    assert "cuda_fp16.h" not in cuda and "NORMSCAN_FLOAT32_ONLY" not in cuda
+    assert "TypeTag<float>" in cuda and not re.search(r"TypeTag<(double|__half|__nv_bfloat16)>", cuda)
     assert "contiguous_view" not in cuda and "empty_contiguous_like" not in cuda
     assert "__global__" in cuda and not re.search(r"__global__[^;{]*backward", cuda)
     assert not re.findall(r"^\s*(?:import|from)\s+normscan", source, re.M)

@@ -36,9 +36,13 @@ def main(args: argparse.Namespace) -> int:
               "the GPU they run on, so build them on that machine")
         return 2
     todo = builds(args.ops, not args.no_backward, args.out_dtype)
+    prebuilt = sorted({e for e, _ in todo if _build.prebuilt_serves(e, _build.arch())})
     start = time.perf_counter()
     _build.load_all(todo)
-    names = ", ".join(f"{e} {_build.functor_of(e, op)}" for e, op in todo)
-    print(f"normscan build: {len(todo)} builds ready in {time.perf_counter() - start:.0f} s ({names}), "
-          f"in {_build.cache_dir()}")
+    names = ", ".join(f"{e} {_build.functor_of(e, op)}" for e, op in todo if e not in prebuilt)
+    if names:
+        print(f"normscan build: {len(todo) - sum(e in prebuilt for e, _ in todo)} builds ready in "
+              f"{time.perf_counter() - start:.0f} s ({names}), in {_build.cache_dir()}")
+    if prebuilt:
+        print(f"normscan build: prebuilt in this package, nothing to build: {', '.join(prebuilt)}")
     return 0

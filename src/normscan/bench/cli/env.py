@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -42,10 +41,20 @@ def source_commit(package: Path = PACKAGE) -> str:
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def _nvcc() -> str:
+    try:
+        return _build.nvcc()
+    except _build.BuildError:
+        return "none found (needed for kernels not prebuilt)"
+
+
 def facts() -> list[tuple[str, str]]:
     rows = [("normscan", f"{__version__} (commit {source_commit()})"), ("python", platform.python_version()),
             ("torch", torch.__version__), ("torch CUDA", str(torch.version.cuda)),
-            ("nvcc", shutil.which("nvcc") or "not on PATH")]
+            ("nvcc", _nvcc())]
+    manifest = _build.prebuilt_manifest()
+    rows += [("prebuilt kernels", f"{', '.join(manifest['archs'])}, PTX {manifest.get('ptx') or 'none'} "
+                                  f"({manifest['toolchain']})" if manifest else "none in this package")]
     cuda = torch.cuda.is_available()
     if cuda:
         major, minor = _build.arch()
@@ -62,6 +71,9 @@ def facts() -> list[tuple[str, str]]:
             continue
         use = ("a gradient through it" if extension.endswith(_build.BACKWARD) else
                "its first call with out_dtype=" if extension.endswith(_build.OUT) else "its first call")
+        if _build.prebuilt_serves(extension, _build.arch()):
+            rows.append((f"{extension} kernels built", "every op's, prebuilt"))
+            continue
         built = [f for f, op in _build.extension_ops(extension).items() if _build.is_built(extension, op)]
         rows.append((f"{extension} kernels built", f"{', '.join(built) or 'none'} (each op's on {use})"))
     return rows

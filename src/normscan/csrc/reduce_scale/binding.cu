@@ -9,27 +9,27 @@ namespace {
 
 // A grouped op's grouping, checked against the view: (groups, span, stat_groups).
 template <typename A>
-normscan::Grouping<A> checked_grouping(at::IntArrayRef g, const normscan::View& v) {
+normscan::Grouping<A> checked_grouping(IntList g, const normscan::View& v) {
   using normscan::num;
-  TORCH_CHECK(g.size() == 3, "normscan: a grouped op's grouping is (groups, span, stat_groups), got ",
-              num(static_cast<int64_t>(g.size())), " values");
+  NORMSCAN_CHECK(g.size() == 3, "normscan: a grouped op's grouping is (groups, span, stat_groups), got ",
+                 num(static_cast<int64_t>(g.size())), " values");
   const int64_t rows = v.outer * v.inner;
-  TORCH_CHECK(g[0] > 0 && g[1] > 0 && g[2] > 0 && v.length % g[1] == 0 && rows % g[2] == 0,
-              "normscan: grouping (", num(g[0]), ", ", num(g[1]), ", ", num(g[2]), ") does not divide the view's ",
-              num(rows), " rows of ", num(v.length));
+  NORMSCAN_CHECK(g[0] > 0 && g[1] > 0 && g[2] > 0 && v.length % g[1] == 0 && rows % g[2] == 0,
+                 "normscan: grouping (", num(g[0]), ", ", num(g[1]), ", ", num(g[2]), ") does not divide the view's ",
+                 num(rows), " rows of ", num(v.length));
   return normscan::Grouping<A>{g[0], g[1], g[2], nullptr};
 }
 
 // reduce_scale on a checked view.
-void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
-                 const std::optional<at::Tensor>& bias, int64_t op, const normscan::View& v, double eps,
-                 at::IntArrayRef grouping, const std::optional<at::Tensor>& stats) {
+void launch_view(const Tensor& x, Tensor& y, const std::optional<Tensor>& weight,
+                 const std::optional<Tensor>& bias, int64_t op, const normscan::View& v, double eps,
+                 IntList grouping, const std::optional<Tensor>& stats) {
   using namespace normscan;
-  const c10::cuda::CUDAGuard guard(x.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const DeviceGuard guard(x.device());
+  const cudaStream_t stream = current_stream(x.device());
   const bool fp32 = fp32_params(x, weight, bias);
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale", [&] {
-    using T = cuda_t<scalar_t>;
+    using T = scalar_t;
     using A = acc_t<T>;
     // The op's kernels for these parameters (Op, or Fp32Params<Op>).
     const auto launch = [&](auto typed) {
@@ -38,13 +38,13 @@ void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Ten
       const ReduceScaleArgs<T, P> common{data<T>(x), mutable_data<T>(y), weight ? data<P>(*weight) : nullptr,
                                          bias ? data<P>(*bias) : nullptr, v, eps};
       ArgsFor<T, Op> a{common};
-      TORCH_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
-                  " takes no weight: weight must be None");
-      TORCH_CHECK(a.b == nullptr || Op::kBiased, "normscan: reduce-scale op ", num(op),
-                  " takes no bias: bias must be None");
-      TORCH_CHECK(grouping.empty() != Op::kGrouped, "normscan: reduce-scale op ", num(op),
-                  Op::kGrouped ? " needs a grouping" : " takes no grouping");
-      TORCH_CHECK(!stats || kWritesStats<Op>, "normscan: reduce-scale op ", num(op), " writes no statistics: stats must be None");
+      NORMSCAN_CHECK(a.w == nullptr || Op::kWeighted, "normscan: reduce-scale op ", num(op),
+                     " takes no weight: weight must be None");
+      NORMSCAN_CHECK(a.b == nullptr || Op::kBiased, "normscan: reduce-scale op ", num(op),
+                     " takes no bias: bias must be None");
+      NORMSCAN_CHECK(grouping.empty() != Op::kGrouped, "normscan: reduce-scale op ", num(op),
+                     Op::kGrouped ? " needs a grouping" : " takes no grouping");
+      NORMSCAN_CHECK(!stats || kWritesStats<Op>, "normscan: reduce-scale op ", num(op), " writes no statistics: stats must be None");
       int64_t params = v.length;  // weight and bias elements: one a position, or a channel
       if constexpr (Op::kGrouped) {
         a.grouping = checked_grouping<A>(grouping, v);
@@ -60,39 +60,39 @@ void launch_view(const at::Tensor& x, at::Tensor& y, const std::optional<at::Ten
     };
     const bool known =
         with_reduce_scale_op(op, [&](auto functor) { with_param_type<T, decltype(functor)>(fp32, launch); });
-    TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
+    NORMSCAN_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
   });
 }
 
 }  // namespace
 
-void reduce_scale(const at::Tensor& x, at::Tensor& y, const std::optional<at::Tensor>& weight,
-                  const std::optional<at::Tensor>& bias, int64_t op, at::IntArrayRef view, double eps,
-                  at::IntArrayRef grouping, const std::optional<at::Tensor>& stats) {
+void reduce_scale(const Tensor& x, Tensor& y, const std::optional<Tensor>& weight,
+                  const std::optional<Tensor>& bias, int64_t op, IntList view, double eps,
+                  IntList grouping, const std::optional<Tensor>& stats) {
   launch_view(x, y, weight, bias, op, normscan::checked_view(x, y, view), eps, grouping, stats);
 }
 
 #ifndef NORMSCAN_FLOAT32_ONLY  // the residual form and the fast path (binding.cuh)
-bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::Tensor& h, at::Tensor& y,
-                           const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, int64_t op,
-                           double eps, const std::optional<at::Tensor>& stats) {
+bool reduce_scale_residual(const Tensor& x, const Tensor& residual, Tensor& h, Tensor& y,
+                           const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, int64_t op,
+                           double eps, const std::optional<Tensor>& stats) {
   using namespace normscan;
-  TORCH_CHECK(x.is_cuda() && x.dim() == 2, "normscan: the residual form takes a (rows, length) CUDA x");
+  NORMSCAN_CHECK(x.is_cuda() && x.dim() == 2, "normscan: the residual form takes a (rows, length) CUDA x");
   const auto type = x.scalar_type(), rtype = residual.scalar_type();
-  const bool half = type == at::kHalf || type == at::kBFloat16;
-  TORCH_CHECK(rtype == type || (half && rtype == at::kFloat), "normscan: the residual must have x's dtype, or float32 "
-              "beside a 16-bit x");
+  const bool half = type == normscan::kHalf || type == normscan::kBFloat16;
+  NORMSCAN_CHECK(rtype == type || (half && rtype == normscan::kFloat), "normscan: the residual must have x's dtype, or float32 "
+                 "beside a 16-bit x");
   bool held = fused_operand(x, x, type, "x") & fused_operand(x, residual, rtype, "residual") &
               fused_operand(x, h, rtype, "h") & fused_operand(x, y, type, "y");
   const bool fp32 = fp32_params(x, weight, bias);
   check_param(x, weight, x.size(1), fp32);
   check_param(x, bias, x.size(1), fp32, "bias");
   for (const auto* p : {&weight, &bias}) held = held && (!*p || reinterpret_cast<uintptr_t>((*p)->const_data_ptr()) % 16 == 0);
-  const c10::cuda::CUDAGuard guard(x.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const DeviceGuard guard(x.device());
+  const cudaStream_t stream = current_stream(x.device());
   bool launched = false;
   NORMSCAN_DISPATCH_FLOATS(type, "normscan::reduce_scale_residual", [&] {
-    using T = cuda_t<scalar_t>;
+    using T = scalar_t;
     with_residual_type<T>(rtype == type, [&](auto residual_type) {
       using R = typename decltype(residual_type)::type;
       if (!held || !fused_rows_held<T>(x.size(1))) return;
@@ -109,8 +109,8 @@ bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::
       };
       with_fused_op(op, "residual form", [&](auto functor) {
         using F = decltype(functor);
-        TORCH_CHECK(!stats || F::kRowStats, "normscan: rms_norm writes no statistics: stats must be None");
-        TORCH_CHECK(!bias || F::kBiased, "normscan: rms_norm takes no bias: bias must be None");
+        NORMSCAN_CHECK(!stats || F::kRowStats, "normscan: rms_norm writes no statistics: stats must be None");
+        NORMSCAN_CHECK(!bias || F::kBiased, "normscan: rms_norm takes no bias: bias must be None");
         with_param_type<T, F>(fp32, launch);
       });
     });
@@ -121,9 +121,9 @@ bool reduce_scale_residual(const at::Tensor& x, const at::Tensor& residual, at::
 namespace {
 
 // x as the sharded-hidden kernels take it: (rows, length), rows contiguous.
-template <typename T> normscan::ShardedRows<T> sharded_rows(const at::Tensor& x) {
-  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && (x.size(1) <= 1 || x.stride(1) == 1),
-              "normscan: the sharded-hidden passes take a (rows, length) CUDA x, rows contiguous");
+template <typename T> normscan::ShardedRows<T> sharded_rows(const Tensor& x) {
+  NORMSCAN_CHECK(x.is_cuda() && x.dim() == 2 && (x.size(1) <= 1 || x.stride(1) == 1),
+                 "normscan: the sharded-hidden passes take a (rows, length) CUDA x, rows contiguous");
   const bool vectors = x.size(1) % normscan::vec16<T>() == 0 && reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 == 0 &&
                        (x.size(0) <= 1 || (x.stride(0) * x.element_size()) % 16 == 0);
   return {normscan::data<T>(x), x.size(0), x.size(1), x.stride(0), vectors};
@@ -131,40 +131,40 @@ template <typename T> normscan::ShardedRows<T> sharded_rows(const at::Tensor& x)
 
 }  // namespace
 
-void reduce_scale_sharded_stats(const at::Tensor& x, at::Tensor& stats, int64_t op) {
+void reduce_scale_sharded_stats(const Tensor& x, Tensor& stats, int64_t op) {
   using namespace normscan;
-  const c10::cuda::CUDAGuard guard(x.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const DeviceGuard guard(x.device());
+  const cudaStream_t stream = current_stream(x.device());
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_sharded_stats", [&] {
-    using T = cuda_t<scalar_t>;
+    using T = scalar_t;
     using A = acc_t<T>;
     const ShardedRows<T> a = sharded_rows<T>(x);
     with_fused_op(op, "sharded-hidden passes", [&](auto functor) {
       constexpr bool centered = decltype(functor)::kCentered;
-      TORCH_CHECK(stats.is_contiguous() && stats.device() == x.device() && stats.numel() == (centered ? 2 : 1) * a.rows &&
-                      stats.scalar_type() == (sizeof(A) == 8 ? at::kDouble : at::kFloat),
-                  "normscan: the partial statistics must be a contiguous tensor of ", centered ? "(rows, 2)" : "(rows,)",
-                  " in x's accumulation dtype on x's device");
+      NORMSCAN_CHECK(stats.is_contiguous() && stats.device() == x.device() && stats.numel() == (centered ? 2 : 1) * a.rows &&
+                         stats.scalar_type() == (sizeof(A) == 8 ? normscan::kDouble : normscan::kFloat),
+                     "normscan: the partial statistics must be a contiguous tensor of ", centered ? "(rows, 2)" : "(rows,)",
+                     " in x's accumulation dtype on x's device");
       check_cuda(launch_sharded_partial_stats<T, centered>(a, static_cast<A*>(stats.data_ptr()), stream),
                  "reduce_scale_sharded_stats");
     });
   });
 }
 
-void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Tensor& stats,
-                                const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+void reduce_scale_sharded_scale(const Tensor& x, Tensor& y, const Tensor& stats,
+                                const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
                                 int64_t op) {
   using namespace normscan;
-  TORCH_CHECK(y.sizes() == x.sizes() && y.scalar_type() == x.scalar_type() && y.device() == x.device() &&
-                  (y.size(1) <= 1 || y.stride(1) == 1),
-              "normscan: y must be a (rows, length) tensor of x's dtype and device, rows contiguous");
+  NORMSCAN_CHECK(y.sizes() == x.sizes() && y.scalar_type() == x.scalar_type() && y.device() == x.device() &&
+                     (y.size(1) <= 1 || y.stride(1) == 1),
+                 "normscan: y must be a (rows, length) tensor of x's dtype and device, rows contiguous");
   const bool fp32 = fp32_params(x, weight, bias);
   check_param(x, weight, x.size(1), fp32);
   check_param(x, bias, x.size(1), fp32, "bias");
-  const c10::cuda::CUDAGuard guard(x.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const DeviceGuard guard(x.device());
+  const cudaStream_t stream = current_stream(x.device());
   NORMSCAN_DISPATCH_FLOATS(x.scalar_type(), "normscan::reduce_scale_sharded_scale", [&] {
-    using T = cuda_t<scalar_t>;
+    using T = scalar_t;
     using A = acc_t<T>;
     ShardedRows<T> a = sharded_rows<T>(x);
     a.vectors = a.vectors && reinterpret_cast<uintptr_t>(y.const_data_ptr()) % 16 == 0 &&
@@ -173,7 +173,7 @@ void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Te
     const A* s = checked_stats<A>(x, stats, a.rows);
     with_fused_op(op, "sharded-hidden passes", [&](auto functor) {
       using Op = decltype(functor);
-      TORCH_CHECK(!bias || Op::kBiased, "normscan: rms_norm takes no bias: bias must be None");
+      NORMSCAN_CHECK(!bias || Op::kBiased, "normscan: rms_norm takes no bias: bias must be None");
       with_param_type<T, Op>(fp32, [&](auto typed) {
         using P = param_t<T, decltype(typed)>;
         check_cuda(launch_sharded_scale<T, P>(a, mutable_data<T>(y), y.stride(0), s, weight ? data<P>(*weight) : nullptr,
@@ -185,20 +185,20 @@ void reduce_scale_sharded_scale(const at::Tensor& x, at::Tensor& y, const at::Te
 }
 
 // torch.finfo(dtype).eps: what eps=None stands for (F.rms_norm's default).
-static double dtype_eps(at::ScalarType type) {
+static double dtype_eps(normscan::ScalarType type) {
   switch (type) {
-    case at::kHalf: return 0x1p-10;
-    case at::kBFloat16: return 0x1p-7;
-    case at::kDouble: return 0x1p-52;
+    case normscan::kHalf: return 0x1p-10;
+    case normscan::kBFloat16: return 0x1p-7;
+    case normscan::kDouble: return 0x1p-52;
     default: return 0x1p-23;
   }
 }
 
-std::optional<at::Tensor> reduce_scale_contiguous(const at::Tensor& x, int64_t dim, int64_t op,
-                                                  std::optional<double> eps, const std::optional<at::Tensor>& weight) {
+std::optional<Tensor> reduce_scale_contiguous(const Tensor& x, int64_t dim, int64_t op,
+                                                  std::optional<double> eps, const std::optional<Tensor>& weight) {
   const std::optional<normscan::View> v = normscan::contiguous_view(x, dim, weight);
   if (!v) return std::nullopt;
-  at::Tensor y = normscan::empty_contiguous_like(x);
+  Tensor y = normscan::empty_contiguous_like(x);
   if (!v->empty()) launch_view(x, y, weight, std::nullopt, op, *v, eps ? *eps : dtype_eps(x.scalar_type()), {}, std::nullopt);
   return y;
 }

@@ -10,19 +10,16 @@ namespace normscan {
 // A (rows, length) operand of a fused form: on x's device, of `type`; whether its rows are
 // contiguous and start on `align` bytes (its vectors' size: 16, less for a y narrower than x),
 // as the kernel needs them.
-inline bool fused_operand(const at::Tensor& x, const at::Tensor& t, at::ScalarType type, const char* name,
+inline bool fused_operand(const Tensor& x, const Tensor& t, normscan::ScalarType type, const char* name,
                           int64_t align = 16) {
-  TORCH_CHECK(t.dim() == 2 && t.sizes() == x.sizes() && t.device() == x.device() && t.scalar_type() == type,
-              "normscan: the fused form's ", name, " must be a (rows, length) tensor of x's shape and device, of "
-              "the dtype its form gives it (h: the residual's; y: x's, or out_dtype)");
+  NORMSCAN_CHECK(t.dim() == 2 && t.sizes() == x.sizes() && t.device() == x.device() && t.scalar_type() == type,
+                 "normscan: the fused form's ", name, " must be a (rows, length) tensor of x's shape and device, of "
+                 "the dtype its form gives it (h: the residual's; y: x's, or out_dtype)");
   const bool rows_contiguous = t.size(1) <= 1 || t.stride(1) == 1;
   const bool rows_aligned = t.size(0) <= 1 || (t.stride(0) * t.element_size()) % align == 0;
   return rows_contiguous && rows_aligned && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % align == 0;
 }
 
-template <typename R> struct TypeTag {
-  using type = R;
-};
 // f(TypeTag<R>{}) for the residual's element type R: x's own, or float32 beside a 16-bit x.
 template <typename T, typename F> void with_residual_type(bool same, F&& f) {
   if constexpr (sizeof(T) == 2) {
@@ -39,10 +36,10 @@ template <typename F> void with_fused_op(int64_t op, const char* what, F&& f) {
     if constexpr (Op::kFusedRowForms) {
       f(functor);
     } else {
-      TORCH_CHECK(false, "normscan: reduce-scale op ", num(op), " has no ", what, " (rms_norm and layer_norm do)");
+      NORMSCAN_CHECK(false, "normscan: reduce-scale op ", num(op), " has no ", what, " (rms_norm and layer_norm do)");
     }
   });
-  TORCH_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
+  NORMSCAN_CHECK(known, "normscan: no reduce-scale op has id ", num(op), " in this build");
 }
 
 }  // namespace normscan
