@@ -1,8 +1,8 @@
-"""The wheel with prebuilt kernels (tools/build_wheel.py), built for sm_90 on this GPU-less
-machine: every extension's module compiles (the sm_90 half of the kernels' compile check:
-no spill, no stack frame, vectors stored whole), the wheel holds them and their manifest
-under the stable ABI's tag, and, installed, every op loads from it without running a
-compiler."""
+"""The wheel with prebuilt kernels (tools/build_wheel.py), built for sm_80 and sm_90 on this
+GPU-less machine: every extension's module compiles (the kernels' compile check: no spill, no
+stack frame on either arch, vectors stored whole in sm_90's PTX), the wheel holds them and
+their manifest under the stable ABI's tag, and, installed, every op loads from it without
+running a compiler."""
 
 import json
 import os
@@ -29,7 +29,8 @@ assert normscan.__file__.startswith({site!r}), normscan.__file__  # the wheel's,
 torch.cuda.is_available = lambda: True
 _build.arch = lambda: (9, 0)
 for e in _build.extensions():
-    assert _build.prebuilt_serves(e, (9, 0)) and not _build.prebuilt_serves(e, (8, 0)), e
+    assert all(_build.prebuilt_serves(e, c) for c in [(8, 0), (8, 9), (9, 0), (12, 0)]), e  # (12, 0): the PTX
+    assert not _build.prebuilt_serves(e, (7, 5)), e
     modules = {{_build.load(e, op) for op in _build.extension_ops(e).values()}}
     assert len(modules) == 1 and all(callable(getattr(*modules, f)) for f in _build.extension_entries(e)), e
 assert not os.path.exists({mark!r}), "nvcc was run"
@@ -48,18 +49,19 @@ print("INSTALLED OK")
 
 
 @pytest.mark.nvcc
-def test_the_sm90_wheel_holds_every_extension_and_imports_without_a_compiler(tmp_path):
+def test_the_wheel_holds_every_extension_and_imports_without_a_compiler(tmp_path):
     keep, dist = tmp_path / "prebuilt", tmp_path / "dist"
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "build_wheel.py"), "--archs", "90", "--jobs", "2",
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "build_wheel.py"), "--archs", "80,90", "--jobs", "2",
                           "--keep", str(keep), "--keep-intermediates", "--dist", str(dist), "--nvcc-flags", "-Xptxas -v"],
                          capture_output=True, text=True, timeout=2400)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     for extension in _build.extensions():
-        check_compiler_report((keep / f"normscan_{extension}.log").read_text(), extension, "sm_90")
+        for arch in ("sm_80", "sm_90"):
+            check_compiler_report((keep / f"normscan_{extension}.log").read_text(), extension, arch)
         if extension in STORED_WHOLE:
-            (ptx,) = (keep / f"normscan_{extension}.files").glob("*.ptx")  # compute_90's, the one virtual arch
+            ptx = keep / f"normscan_{extension}.files" / f"normscan_{extension}.compute_90.ptx"
             assert_vectors_stored_whole(ptx.read_text(), *STORED_WHOLE[extension])
-    assert "device code: compute_90" in run.stdout and "sm_90" in run.stdout
+    assert "device code: compute_90" in run.stdout and "sm_80" in run.stdout and "sm_90" in run.stdout
 
     (wheel,) = dist.glob("*.whl")
     assert wheel.name == "normscan-0.1.0-cp310-abi3-linux_x86_64.whl"
@@ -71,7 +73,7 @@ def test_the_sm90_wheel_holds_every_extension_and_imports_without_a_compiler(tmp
         record = z.read(f"{info}/RECORD").decode()
     modules = {f"normscan/prebuilt/normscan_{e}.abi3.so" for e in _build.extensions()}
     assert modules <= names and "normscan/csrc/python/module.h" in names and "normscan/_build.py" in names
-    assert manifest["archs"] == ["sm_90"] and manifest["ptx"] == "compute_90"
+    assert manifest["archs"] == ["sm_80", "sm_90"] and manifest["ptx"] == "compute_90"
     assert manifest["keys"] == {e: _build.source_key(e) for e in _build.extensions()}
     assert "Root-Is-Purelib: false" in wheel_meta and "Tag: cp310-abi3-linux_x86_64" in wheel_meta
     assert all(any(line.startswith(n + ",sha256=") for line in record.splitlines()) for n in modules)
