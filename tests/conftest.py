@@ -18,6 +18,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and NVCC is None:
             item.add_marker(no_nvcc)
-    # The compile checks first: the longest tests (the wheel's build above all), begun at once,
-    # so that the other worker's queue fills the time they take (--dist worksteal).
-    items.sort(key=lambda item: "nvcc" not in item.keywords)
