@@ -32,13 +32,15 @@ def test_families_are_csrcs_folders_and_the_registrys():
 
 def test_each_module_binds_its_entries_through_cpythons_stable_abi_without_torch():
     """Each extension's source ends with its module's table: every entry of csrc/entries.h it
-    defines as a METH_FASTCALL function (csrc/python/module.h), and the PyInit function named
+    defines as a METH_FASTCALL function (csrc/python/module.h; the fast path's giving None where
+    a call is not theirs), and the PyInit function named
     by NORMSCAN_MODULE; no torch header anywhere (tensors come through DLPack)."""
     for extension in _build.extensions():
         source = _build.extension_source(extension)
         table = source.split("PyMethodDef normscan_methods[] = {")[1].split("};")[0]
         entries = _build.extension_entries(extension)
-        assert re.findall(r"method<&(\w+)>\(\"(\w+)\"\)", table) == [(e, e) for e in entries], table
+        assert re.findall(r"method<&(\w+)>\(\"(\w+)\", (true|false)\)", table) == \
+            [(e, e, str(e.endswith("_contiguous")).lower()) for e in entries], table
         assert "NORMSCAN_CONCAT(PyInit_, NORMSCAN_MODULE)" in source
         assert not re.search(r"#\s*include\s*<(torch|ATen|c10|pybind11)/", source), extension
 
@@ -188,8 +190,9 @@ def test_a_built_op_is_a_torch_free_module_of_the_stable_abi(tmp_path):
     """_build's real build of one op (scan's cumsum) on this GPU-less machine: nvcc alone makes
     the module (no torch header, library or compiler flag), which links no torch, CUDA or
     Python library (the CUDA runtime linked in, CPython's symbols from the interpreter), exports
-    its PyInit alone, and imports; its entries take tensors through DLPack: a CPU x is declined
-    by the fast path and refused by the others, wrong arguments raise TypeError."""
+    its PyInit alone, and imports; its entries take tensors through DLPack: the fast path's
+    declines a CPU x and arguments of other types, the others refuse a CPU x and raise TypeError
+    for wrong arguments."""
     if torch.cuda.is_available():
         pytest.skip("a GPU machine builds the real thing (the GPU tests)")
     op = _build.extension_ops("scan")["SumOp"]
@@ -211,12 +214,18 @@ def test_a_built_op_is_a_torch_free_module_of_the_stable_abi(tmp_path):
     x = torch.randn(4, 8)
     assert type(m.scan_contiguous).__name__ == "builtin_function_or_method"
     assert m.scan_contiguous(x, 1, op, False, False) is None  # a CPU x: declined, nothing launched
-    for args, error in [((x, 1, op, False), "takes 5 positional arguments, got 4"), ((x, "1", op, False, False), "an int"),
-                        (([x], 1, op, False, False), "a Tensor, got list"), ((x, 1, op, 0, False), "a bool")]:
+    for args in [(x, "1", op, False, False), ([x], 1, op, False, False), (x, 1, op, 0, False)]:
+        assert m.scan_contiguous(*args) is None  # the fast path's entry declines what is not its case
+    with pytest.raises(TypeError, match="takes 5 positional arguments, got 4"):
+        m.scan_contiguous(x, 1, op, False)
+    view = [4, 8, 1, 8, 1, 0, 8, 1, 0]
+    for args, error in [((x, x, "1", view, False, False, None), "an int"),
+                        (([x], x, op, view, False, False, None), "a Tensor, got list"),
+                        ((x, x, op, view, 0, False, None), "a bool")]:
         with pytest.raises(TypeError, match=re.escape(error)):
-            m.scan_contiguous(*args)
+            m.scan(*args)
     with pytest.raises(RuntimeError, match="x and y must be CUDA tensors"):
-        m.scan(x, x, op, [4, 8, 1, 8, 1, 0, 8, 1, 0], False, False, None)
+        m.scan(x, x, op, view, False, False, None)
     with pytest.raises(TypeError, match="a tuple or list of ints"):
         m.scan(x, x, op, [4, 8.0], False, False, None)
 

@@ -5,7 +5,6 @@ the exported files' float32 source; the tools' torch-free build; the fused forms
 
 import re
 import subprocess
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,6 @@ def test_cuda_op_lists_are_the_registrys():
         assert len(set(listed.values())) == len(listed)
     backward = _build.extension_ops("scan_backward")
     assert backward == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}, backward
-
-
-def module_flags(name: str = "normscan_check") -> list[str]:
-    """What _build compiles an extension's source with, less the arch: the kernels' flags, the
-    module's, Python's headers."""
-    return [*_build.cuda_flags(), *_build.MODULE_FLAGS, f"-DNORMSCAN_MODULE={name}",
-            f"-I{sysconfig.get_paths()['include']}"]
 
 
 def spilling_kernels(report: str) -> list[str]:
@@ -101,7 +93,7 @@ def test_float32_only_export_source_compiles(family, tmp_path):
     spec = next(s for s in REGISTRY.values() if s.family.name == family)
     src = tmp_path / f"{family}_f32.cu"
     src.write_text(export.cuda_source(spec))
-    run = subprocess.run([NVCC, *module_flags(), "-c", "-gencode=arch=compute_90,code=compute_90", str(src), "-o",
+    run = subprocess.run([*_build.module_command("normscan_check"), "-c", "-gencode=arch=compute_90,code=compute_90", str(src), "-o",
                           str(tmp_path / f"{family}_f32.o")],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]

@@ -495,7 +495,8 @@ def test_each_ops_build_runs_its_own_op_beside_the_others(family):
 @pytest.mark.parametrize("name", FAST_OPS)
 def test_fast_path_declines_what_it_does_not_take(name):
     """The entry returns None, launching nothing, for anything but the common case; the
-    public function then takes the checked path (its errors: the tests above)."""
+    public function then takes the checked path (its errors: the tests above). A wrong count
+    of arguments is the caller's fault: it raises."""
     from normscan import _build
 
     spec = REGISTRY[name]
@@ -508,29 +509,35 @@ def test_fast_path_declines_what_it_does_not_take(name):
         assert entry(*_fast_args(name, bad, 1)) is None, (bad.dtype, bad.device, bad.stride())
     for dim in (2, -3):
         assert entry(*_fast_args(name, x, dim)) is None
-    # Gradients wanted and CUDA autocast: the Python side of the fast path declines them.
-    from normscan import registry
-
-    fast = registry.scan_fast if spec.family.name == "scan" else registry.reduce_scale_fast
+    # Gradients wanted, autocast on any device, a subclass, arguments of other types: the
+    # entry declines them too (the checked path says what is wrong with the arguments).
     needs_grad = x.clone().requires_grad_()
-    assert fast(spec, *_fast_args(name, needs_grad, 1)[:2], *_fast_args(name, needs_grad, 1)[3:]) is None
+    assert entry(*_fast_args(name, needs_grad, 1)) is None
     with torch.no_grad():
-        assert fast(spec, *_fast_args(name, needs_grad, 1)[:2], *_fast_args(name, needs_grad, 1)[3:]) is not None
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        assert fast(spec, *_fast_args(name, x, 1)[:2], *_fast_args(name, x, 1)[3:]) is None
-    args = _fast_args(name, x, 1)  # wrong types and counts raise, as a Python function's would
+        assert entry(*_fast_args(name, needs_grad, 1)) is not None
+    for device in ("cuda", "cpu"):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            assert entry(*_fast_args(name, x, 1)) is None, device
+
+    class Subclass(torch.Tensor):
+        pass
+
+    args = _fast_args(name, x, 1)
+    for bad in [(x.as_subclass(Subclass), *args[1:]), (x, "1", *args[2:]), (x, True, *args[2:]), ([x], *args[1:]),
+                (x, 1, "op", *args[3:])]:
+        assert entry(*bad) is None, bad[:2]
     with pytest.raises(TypeError, match=f"takes {len(args)} positional arguments, got {len(args) - 1}"):
         entry(*args[:-1])
-    with pytest.raises(TypeError, match="expected an int, got str"):
-        entry(x, "1", *args[2:])
-    with pytest.raises(TypeError, match="expected a Tensor, got list"):
-        entry([x], *args[1:])
     if spec.takes("weight"):
         w = torch.rand(40, device="cuda")
         assert entry(*_fast_args(name, x, 1, w)) is not None
         for bad in (w.double(), w[:39], w.view(1, 40), torch.rand(80, device="cuda")[::2], w.cpu()):
             assert entry(*_fast_args(name, x, 1, bad)) is None, (bad.shape, bad.dtype, bad.stride(), bad.device)
-        assert fast(spec, x, 1, None, w.clone().requires_grad_()) is None
+        assert entry(x, 1, spec.op_id, None, w.clone().requires_grad_()) is None
+        assert entry(x, 1, spec.op_id, None, torch.nn.Parameter(w)) is None
+        assert entry(x, 1, spec.op_id, None, w.as_subclass(Subclass)) is None
+        with torch.no_grad():
+            assert entry(x, 1, spec.op_id, None, torch.nn.Parameter(w)) is not None
 
 
 @pytest.mark.gpu

@@ -131,8 +131,10 @@ def expand_source(entry: str, skip: frozenset[str] = frozenset(), seen: set[Path
 
 def module_table(entries: list[str]) -> str:
     """The CPython module's method table of these entries and its PyInit function, named by
-    the macro NORMSCAN_MODULE (the module's name: a -D flag, outside the build key's source)."""
-    rows = "".join(f'    normscan::module::method<&{e}>("{e}"),\n' for e in entries)
+    the macro NORMSCAN_MODULE (the module's name: a -D flag, outside the build key's source).
+    The fast path's entries (``*_contiguous``) give None where a call is not their case."""
+    rows = "".join(f'    normscan::module::method<&{e}>("{e}", {str(e.endswith("_contiguous")).lower()}),\n'
+                   for e in entries)  # the fast path's entries give None where the call is not theirs
     return ("\nnamespace {\nPyMethodDef normscan_methods[] = {\n" + rows + "    {nullptr, nullptr, 0, nullptr},\n};\n"
             "PyModuleDef normscan_module_def = {PyModuleDef_HEAD_INIT, NORMSCAN_STRINGIFY(NORMSCAN_MODULE), nullptr, -1, "
             "normscan_methods};\n}  // namespace\n"
@@ -255,6 +257,12 @@ def gencode(archs: list[tuple[int, int]], ptx: bool = False) -> list[str]:
     return flags
 
 
+def module_command(name: str) -> list[str]:
+    """nvcc and its flags for the module `name`, less the arch's, the source and the output:
+    the kernels' flags, the module's, Python's headers."""
+    return [nvcc(), *cuda_flags(), *MODULE_FLAGS, f"-DNORMSCAN_MODULE={name}", f"-I{sysconfig.get_paths()['include']}"]
+
+
 def compile_module(name: str, source: str, flags: list[str], folder: Path, log: Path | None = None) -> Path:
     """`source` built by nvcc into the module `name` (`folder`/`name`.abi3.so) with `flags`
     (gencode's, an op's); its path; the compiler's output into `log` where given. Raises
@@ -262,8 +270,7 @@ def compile_module(name: str, source: str, flags: list[str], folder: Path, log: 
     src = folder / f"{name}.cu"
     src.write_text(source)
     out = folder / f"{name}.abi3.so"
-    command = [nvcc(), *cuda_flags(), *MODULE_FLAGS, f"-DNORMSCAN_MODULE={name}",
-               f"-I{sysconfig.get_paths()['include']}", *flags, str(src), "-o", str(out)]
+    command = [*module_command(name), *flags, str(src), "-o", str(out)]
     run = subprocess.run(command, capture_output=True, text=True)
     if log is not None:
         log.write_text(run.stdout + run.stderr)

@@ -176,7 +176,7 @@ class OpSpec:
         x, value, args = self.checked(x, value, args)
         if not x.is_floating_point():  # an integer or bool x (the scans'): PyTorch's own op
             return self.expression(x, value, *args)
-        if type(x) is not _Tensor and type(x) is not _Parameter:  # a subclass (DTensor): its dispatch, the custom op's
+        if type(x) not in (torch.Tensor, torch.nn.Parameter):  # a subclass (DTensor): its dispatch, the custom op's
             y = distributed.sharded_call(self, x, value, args)
             if y is not None:
                 return y
@@ -263,39 +263,22 @@ def declare(function: Callable, *, family: str, functor: str, reference: Callabl
 
 
 # ---------------------------------------------------------------- the fast path
-# The eager call's common case in one call of the op's module (csrc/binding.cuh,
-# contiguous_view): a CUDA x of type Tensor (not a subclass: a DTensor or a tensor of
-# torch.compile's takes the checked path), an int dim, arguments of plain types, not
-# compiling, CUDA autocast off (the custom op casts as PyTorch's own op), no gradient wanted
-# of x or the weight, the op's build loaded. The entry checks the rest (layout, dtypes) and
-# launches, or returns None, and the checked path runs: the answer is the same either way,
-# only the host's time differs.
-_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+# The eager call's common case in one call of the op's module (csrc/python/module.h,
+# plain_call; csrc/binding.cuh, contiguous_view): outside torch.compile, the op's build loaded,
+# the entry takes a CUDA x of type Tensor (not a subclass: a DTensor takes the checked path),
+# arguments of its parameters' types, no gradient wanted, autocast off (the custom op casts as
+# PyTorch's own op), a layout it serves; it launches, or returns None and the checked path
+# runs: the answer is the same either way, only the host's time differs.
 _loaded, _compiling = _build.loaded, torch.compiler.is_compiling
-_grad_enabled, _autocast_enabled = torch.is_grad_enabled, torch.is_autocast_enabled
-
-
-def _plain(x) -> bool:
-    """x is a CUDA Tensor of no subclass, outside torch.compile and CUDA autocast."""
-    return type(x) is _Tensor and x.is_cuda and not _compiling() and not _autocast_enabled("cuda")
 
 
 def reduce_scale_fast(spec: OpSpec, x, dim, eps=0.0, weight=None) -> torch.Tensor | None:
     """The fast path of a reduce-scale op over one dim: y, or None (take spec.call)."""
-    if _plain(x) and type(dim) is int and (eps is None or type(eps) is float) and \
-            (weight is None or type(weight) is _Tensor or type(weight) is _Parameter) and \
-            not (_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))):
-        ext = _loaded(spec.build)
-        if ext is not None:
-            return ext.reduce_scale_contiguous(x, dim, spec.op_id, eps, weight)
-    return None
+    ext = None if _compiling() else _loaded(spec.build)
+    return None if ext is None else ext.reduce_scale_contiguous(x, dim, spec.op_id, eps, weight)
 
 
 def scan_fast(spec: OpSpec, x, dim, reverse, exclusive) -> torch.Tensor | None:
     """The fast path of a scan over one dim: y, or None (take spec.call)."""
-    if _plain(x) and type(dim) is int and type(reverse) is bool and type(exclusive) is bool and \
-            not (x.requires_grad and _grad_enabled()):
-        ext = _loaded(spec.build)
-        if ext is not None:
-            return ext.scan_contiguous(x, dim, spec.op_id, reverse, exclusive)
-    return None
+    ext = None if _compiling() else _loaded(spec.build)
+    return None if ext is None else ext.scan_contiguous(x, dim, spec.op_id, reverse, exclusive)

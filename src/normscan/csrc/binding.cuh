@@ -131,11 +131,11 @@ inline View checked_view(const Tensor& x, const Tensor& y, IntList fields) {
 inline Tensor empty_contiguous_like(const Tensor& x) { return Tensor::empty(x.sizes(), x.scalar_type(), x.device()); }
 
 // The eager call's common case (the <family>_contiguous entries, the public functions' fast
-// path: normscan/registry.py, which has seen to autocast and gradients): x a contiguous CUDA
-// tensor of a float dtype, dim in [-ndim, ndim), `param` None or a contiguous tensor of shape
-// (x.size(dim),) on x's device, of x's dtype (or float32 beside a 16-bit x). Its view around
-// dim, or nullopt where the call is not that case: the Python path then checks it, says what
-// is wrong or copies what must be, and launches.
+// path, whose call python/module.h's plain_call has checked for autocast, gradients and
+// tensor subclasses): x a contiguous CUDA tensor of a float dtype, dim in [-ndim, ndim),
+// `param` None or a contiguous tensor of shape (x.size(dim),) on x's device, of x's dtype (or
+// float32 beside a 16-bit x). Its view around dim, or nullopt where the call is not that case:
+// the Python path then checks it, says what is wrong or copies what must be, and launches.
 inline std::optional<View> contiguous_view(const Tensor& x, int64_t dim, const std::optional<Tensor>& param) {
   const auto type = x.scalar_type();
   const bool built = type == kFloat || type == kHalf || type == kBFloat16 || type == kDouble;

@@ -72,7 +72,8 @@ void scan(const Tensor& x, Tensor& y, int64_t op, IntList view, bool reverse, bo
 // The public functions' fast path (normscan/registry.py): reduce_scale and scan of a
 // contiguous CUDA x around `dim` (negative too) into a new y, returned; eps None is
 // torch.finfo(x.dtype).eps. None (nothing launched) where the call is not that common case
-// (binding.cuh, contiguous_view says which): the caller then takes the checked path.
+// (python/module.h's plain_call and binding.cuh's contiguous_view say which): the caller then
+// takes the checked path.
 std::optional<Tensor> reduce_scale_contiguous(const Tensor& x, int64_t dim, int64_t op,
                                                   std::optional<double> eps, const std::optional<Tensor>& weight);
 std::optional<Tensor> scan_contiguous(const Tensor& x, int64_t dim, int64_t op, bool reverse, bool exclusive);

@@ -4,6 +4,7 @@
 // torch that has the exchange API. normscan/_build.py's module_source lists the entries.
 #pragma once
 
+#include <cstring>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -21,7 +22,11 @@
 namespace normscan::module {
 namespace {  // internal linkage: each op's build is a module of its own, with the same C++ names
 
-PyObject* tensor_type = nullptr;  // torch.Tensor
+PyObject* tensor_type = nullptr;     // torch.Tensor
+PyObject* parameter_type = nullptr;  // torch.nn.Parameter
+PyObject* grad_enabled = nullptr;    // torch.is_grad_enabled
+PyObject* any_autocast = nullptr;    // torch._C._is_any_autocast_enabled
+PyObject* requires_grad = nullptr;   // the attribute's name
 
 bool type_error(PyObject* given, const char* expected) {
   PyObject* type = PyObject_Type(given);
@@ -167,31 +172,85 @@ template <typename... R> PyObject* result(const std::tuple<R...>& t) {
   return tuple;
 }
 
+// A torch flag (a function of no arguments returning a bool): 1, 0, or -1 with an error set.
+int flag(PyObject* function) {
+  PyObject* r = PyObject_CallNoArgs(function);
+  if (r == nullptr) return -1;
+  const int set = r == Py_True;
+  Py_DECREF(r);
+  return set;
+}
+
+// The fast path's condition on a call (normscan/registry.py): each tensor argument a
+// torch.Tensor or Parameter of no other subclass (a DTensor's or torch.compile's tensors take
+// the checked path), no gradient wanted of any, autocast off on every device.
+bool plain_call(PyObject* const* args, Py_ssize_t nargs) {
+  int grad = -1;  // torch.is_grad_enabled(), read at the first tensor
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* o = args[i];
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
+    if (type == tensor_type || type == parameter_type) {
+      if (grad < 0 && (grad = flag(grad_enabled)) < 0) return false;
+      if (grad == 1) {
+        PyObject* wanted = PyObject_GetAttr(o, requires_grad);
+        if (wanted == nullptr) return false;
+        Py_DECREF(wanted);
+        if (wanted == Py_True) return false;
+      }
+    } else if (PyType_IsSubtype(Py_TYPE(o), reinterpret_cast<PyTypeObject*>(tensor_type))) {
+      return false;
+    }
+  }
+  return flag(any_autocast) == 0;
+}
+
+// f()'s result, or nullptr with the C++ exception f threw raised in Python.
+template <typename F> PyObject* raising(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (const PythonError&) {  // set already
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 template <auto Entry> struct Function;
 
 template <typename R, typename... A, R (*Entry)(A...)> struct Function<Entry> {
   static const char* name;
 
+  // An argument not of its parameter's type raises TypeError.
   static PyObject* call(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != static_cast<Py_ssize_t>(sizeof...(A))) {
       PyErr_Format(PyExc_TypeError, "normscan: %s takes %d positional arguments, got %zd", name,
                    static_cast<int>(sizeof...(A)), nargs);
       return nullptr;
     }
-    try {
-      return convert_and_call(args, std::index_sequence_for<A...>{});
-    } catch (const Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    } catch (const PythonError&) {  // set already
-    } catch (const std::exception& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
+    return raising([&] { return convert_and_call<false>(args, std::index_sequence_for<A...>{}); });
   }
 
-  template <size_t... I> static PyObject* convert_and_call(PyObject* const* args, std::index_sequence<I...>) {
+  // A fast-path entry's: None (the caller then takes the checked path, which says what is
+  // wrong) where the call is not plain_call's case or an argument not of its parameter's type.
+  static PyObject* call_fast(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != static_cast<Py_ssize_t>(sizeof...(A))) return call(module, args, nargs);
+    if (!plain_call(args, nargs)) {
+      PyErr_Clear();
+      Py_RETURN_NONE;
+    }
+    return raising([&] { return convert_and_call<true>(args, std::index_sequence_for<A...>{}); });
+  }
+
+  template <bool Lenient, size_t... I>
+  static PyObject* convert_and_call(PyObject* const* args, std::index_sequence<I...>) {
     std::tuple<Arg<A>...> held;
-    if (!(std::get<I>(held).from(args[I]) && ...)) return nullptr;  // the first wrong one's error
+    if (!(std::get<I>(held).from(args[I]) && ...)) {  // the first wrong one's error
+      if constexpr (!Lenient) return nullptr;
+      PyErr_Clear();
+      Py_RETURN_NONE;
+    }
     if constexpr (std::is_void_v<R>) {
       Entry(std::get<I>(held).get()...);
       Py_RETURN_NONE;
@@ -202,11 +261,13 @@ template <typename R, typename... A, R (*Entry)(A...)> struct Function<Entry> {
 };
 template <typename R, typename... A, R (*Entry)(A...)> const char* Function<Entry>::name = nullptr;
 
-// The method table's row of an entry, named `name` (a string literal: CPython keeps it).
-template <auto Entry> PyMethodDef method(const char* name) {
+// The method table's row of an entry, named `name` (a string literal: CPython keeps it); a
+// fast-path entry's (`fast`) gives None where the call is not its case.
+template <auto Entry> PyMethodDef method(const char* name, bool fast = false) {
+  using FastCall = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
   Function<Entry>::name = name;
-  return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Function<Entry>::call)), METH_FASTCALL,
-          name};
+  const FastCall call = fast ? &Function<Entry>::call_fast : &Function<Entry>::call;
+  return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call)), METH_FASTCALL, name};
 }
 
 // torch's exchange API, from torch.Tensor: the capsule __dlpack_c_exchange_api__ (torch >=
@@ -251,9 +312,38 @@ bool find_exchange_api() {
   return true;
 }
 
-// The module `def` describes, with torch's exchange API found: its PyInit function's body.
+// `torch`'s attribute at the dotted `path` (a new reference), or nullptr with an error set.
+PyObject* torch_attribute(PyObject* torch, const char* path) {
+  PyObject* found = torch;
+  Py_INCREF(found);
+  for (const char *part = path, *dot; found != nullptr; part = dot + 1) {
+    dot = strchr(part, '.');
+    PyObject* name = PyUnicode_FromStringAndSize(part, dot ? dot - part : static_cast<Py_ssize_t>(strlen(part)));
+    PyObject* next = name ? PyObject_GetAttr(found, name) : nullptr;
+    Py_XDECREF(name);
+    Py_DECREF(found);
+    found = next;
+    if (dot == nullptr) break;
+  }
+  return found;
+}
+
+// What plain_call reads of torch.
+bool find_torch_state() {
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (torch == nullptr) return false;
+  parameter_type = torch_attribute(torch, "nn.Parameter");
+  grad_enabled = torch_attribute(torch, "is_grad_enabled");
+  any_autocast = torch_attribute(torch, "_C._is_any_autocast_enabled");
+  requires_grad = PyUnicode_InternFromString("requires_grad");
+  Py_DECREF(torch);
+  return parameter_type != nullptr && grad_enabled != nullptr && any_autocast != nullptr && requires_grad != nullptr;
+}
+
+// The module `def` describes, with torch's exchange API and state found: its PyInit function's body.
 PyObject* create(PyModuleDef* def) {
-  if (exchange_api == nullptr && !find_exchange_api()) return nullptr;
+  static bool found = false;
+  if (!found && !(found = find_exchange_api() && find_torch_state())) return nullptr;
   return PyModule_Create(def);
 }
 

@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "dlpack.h"
 
@@ -201,9 +200,9 @@ inline PyObject* Tensor::to_python() const {
 }
 
 inline Tensor Tensor::empty(IntList shape, ScalarType type, Device device) {
-  std::vector<int64_t> dims(shape.data(), shape.data() + shape.size());
-  DLTensor prototype{nullptr, {device.type, device.index}, static_cast<int32_t>(dims.size()), dl_type_of(type),
-                     dims.data(), nullptr, 0};
+  // The allocator reads the prototype's shape, never writes it.
+  DLTensor prototype{nullptr, {device.type, device.index}, static_cast<int32_t>(shape.size()), dl_type_of(type),
+                     const_cast<int64_t*>(shape.data()), nullptr, 0};
   std::string message;
   const auto set_error = [](void* ctx, const char* kind, const char* text) {
     *static_cast<std::string*>(ctx) = std::string(kind) + ": " + text;
