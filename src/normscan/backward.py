@@ -151,7 +151,7 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, 
     dh, dh_row_stride = (None, 0) if dh is None else _rows_beside(dh, v, tensors[2], dim)
     weight_grad = param_grads and weight is not None
     ext = _build.load("reduce_scale_backward", spec.op_id)
-    flat = None if weight is None else weight.reshape(-1)
+    flat = weight if weight is None or weight.dim() == 1 else weight.reshape(-1)
     bias_grad = weight_grad and bias is not None
     done, params, _ = ext.reduce_scale_backward(tensors[1], row_grad, tensors[2], flat, weight_grad, bias_grad,
                                                 dw_part, spec.op_id, v, g_row_stride, eps, stats, dh, dh_row_stride)
@@ -159,8 +159,8 @@ def reduce_scale(spec, grad, x, dim, args, param_grads, stats=None, *, dx=None, 
         return None
     if not weight_grad:
         return [dx]
-    # params: dw, then db where a bias was given
-    return [dx, params[0].view(weight.shape), *([] if bias is None else [params[1].view(bias.shape)])]
+    # params: dw, then db where a bias was given, of one dim
+    return [dx, *(params if weight.dim() == 1 else [p.view(weight.shape) for p in params])]
 
 
 def scan(spec, grad, x, dim, args, param_grads, *, dx=None) -> list | None:

@@ -100,7 +100,8 @@ class Trailing(Region):
             if out is None:
                 raise ValueError(f"normscan.{spec.name}: out's last {len(value)} dims do not merge into one; "
                                  "pass an out laid out as output_like(x)")
-        return launch_view(spec, merged, merged.dim() - 1, args, out, stats).view(shape)
+        y = launch_view(spec, merged, merged.dim() - 1, args, out, stats)
+        return y if len(value) == 1 else y.view(shape)
 
 
 class Whole(Region):

@@ -29,7 +29,8 @@ from .view import View
 # ---------------------------------------------------------------- families
 def _launch_reduce_scale(ext, x, y, op: int, fields: View, eps: float = 0.0, weight=None, dtype=None,
                          bias=None, grouping=(), stats=None) -> None:
-    flat = [None if t is None else t.view(-1) for t in (weight, bias)]  # layer_norm's are normalized_shape
+    # layer_norm's are normalized_shape
+    flat = [t if t is None or t.dim() == 1 else t.view(-1) for t in (weight, bias)]
     ext.reduce_scale(x, y, *flat, op, fields, eps, grouping, stats)
 
 

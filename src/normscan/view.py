@@ -122,6 +122,8 @@ def of_3d(x3: torch.Tensor, y3: torch.Tensor) -> View:
 def merge_trailing(x: torch.Tensor, count: int) -> torch.Tensor | None:
     """x with its last ``count`` dims as one (a view; layer_norm's normalized dims), or None
     where they are not one run of constant stride."""
+    if count == 1:  # one dim is one run: x itself (a view costs microseconds of host time)
+        return x
     lead = list(x.shape[:x.dim() - count])
     sizes, strides = x.shape[x.dim() - count:], x.stride()[x.dim() - count:]
     expected = None  # the stride the next dim of size > 1 must have

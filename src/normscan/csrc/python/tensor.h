@@ -227,17 +227,20 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(Device d) {
     check_cuda(cudaGetDevice(&previous_), "reading the current device");
-    if (d.index != previous_) check_cuda(cudaSetDevice(d.index), "setting the device");
+    if (d.index != previous_) {
+      check_cuda(cudaSetDevice(d.index), "setting the device");
+      changed_ = true;
+    }
   }
   ~DeviceGuard() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+    if (changed_) cudaSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
+  bool changed_ = false;
 };
 
 // torch's current stream on the device (torch.cuda.current_stream(device)).
