@@ -1,7 +1,8 @@
 """Host time per eager call on a tiny CUDA input, against the PyTorch op each replaces: what a
 host-bound caller (a decode step) pays. Each figure is 300 back-to-back calls between two CUDA
 events (the GPU waits on the host, so the events time the host), per call, the median of
-`--repeat` such runs, the implementations taking turns. Then the layers of one call.
+`--repeat` such runs, the implementations taking turns; then a training step's (forward and
+backward through autograd) the same way, and the layers of one call.
 python tools/overhead.py (needs a GPU)."""
 import argparse
 import time
@@ -52,6 +53,9 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: us per call, median of {args.repeat} runs "
           f"of {timing.HOST_CALLS} calls (min-max)")
     print_table(bench.HOST_HEADERS, bench.host_rows(rows))
+    steps = timing.host_times(catalogue.host_step_cases(), args.repeat)
+    print("\na training step, forward and torch.autograd.grad (us a step, the same way):")
+    print_table(bench.HOST_HEADERS, bench.host_rows(steps))
     print("\nlayers of one call (host us, perf_counter):")
     for name, us in layers():
         print(f"  {name:48} {us:6.2f}")

@@ -52,6 +52,24 @@ def test_host_time_cases_time_ours_against_pytorchs_op():
             assert 0 < t[1] <= t[0] <= t[2]
 
 
+def test_host_step_cases_take_the_same_gradients_both_ways():
+    """tools/overhead.py's training steps: ours and PyTorch's give the gradients of x and of
+    each parameter, equal within bf16's rounding (4 units of its last place, of the largest)."""
+    from normscan.bench import timing
+
+    cases = catalogue.host_step_cases("cpu")
+    assert [c[0] for c in cases] == ["layer_norm+w step 8x256 bf16", "layer_norm+w+b step 8x256 bf16",
+                                     "rms_norm+w step 8x256 bf16", "softmax step 8x256 bf16"]
+    for label, ours, theirs, _ in cases:
+        mine, expected = ours(), theirs()
+        assert len(mine) == len(expected) == {"layer_norm+w+b": 3, "softmax": 1}.get(label.split()[0], 2), label
+        for a, b in zip(mine, expected):
+            assert a.dtype == b.dtype and a.shape == b.shape, label
+            assert (a.float() - b.float()).abs().max() <= 2 ** -6 * b.float().abs().max(), label
+    (row,) = timing.host_times(cases[-1:], repeat=2, device="cpu")
+    assert 0 < row.ours_us[1] <= row.ours_us[0] <= row.ours_us[2]
+
+
 def _expanded(shape, dtype) -> torch.Tensor:
     """A tensor of `shape` that allocates one element: enough for the ops' argument checks."""
     return torch.zeros((), dtype=dtype).expand(shape)

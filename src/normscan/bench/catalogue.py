@@ -401,3 +401,30 @@ def host_time_cases(device: str = "cuda", ops_: list[str] | None = None) -> list
          "torch.cumprod"),
     ]
     return [case[1:] for case in cases if ops_ is None or case[0] in ops_]
+
+
+def host_step_cases(device: str = "cuda") -> list[tuple[str, Callable, Callable, str]]:
+    """(label, ours, theirs, their name): a training step as users run it, forward then
+    torch.autograd.grad of x and the parameters, on 8x256 bf16 inputs (bf16 parameters both
+    ways: PyTorch's fused kernels refuse others), where the device waits on the host. Each
+    callable returns the gradients."""
+    from .. import ops
+
+    F = torch.nn.functional
+    bf = dict(device=device, dtype=torch.bfloat16)
+    x = torch.randn(8, 256, **bf, requires_grad=True)
+    w, b = torch.rand(256, **bf).requires_grad_(), torch.randn(256, **bf).requires_grad_()
+    g = torch.randn(8, 256, **bf)
+
+    def step(forward, *inputs):
+        return lambda: torch.autograd.grad(forward(), inputs, g)
+    return [
+        ("layer_norm+w step 8x256 bf16", step(lambda: ops.layer_norm(x, (256,), w), x, w),
+         step(lambda: F.layer_norm(x, (256,), w), x, w), "F.layer_norm"),
+        ("layer_norm+w+b step 8x256 bf16", step(lambda: ops.layer_norm(x, (256,), w, b), x, w, b),
+         step(lambda: F.layer_norm(x, (256,), w, b), x, w, b), "F.layer_norm"),
+        ("rms_norm+w step 8x256 bf16", step(lambda: ops.rms_norm(x, (256,), w), x, w),
+         step(lambda: F.rms_norm(x, (256,), w), x, w), "F.rms_norm"),
+        ("softmax step 8x256 bf16", step(lambda: ops.softmax(x, -1), x), step(lambda: torch.softmax(x, -1), x),
+         "torch.softmax"),
+    ]
