@@ -4,7 +4,6 @@
 // torch that has the exchange API. normscan/_build.py's module_source lists the entries.
 #pragma once
 
-#include <cstring>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -264,9 +263,9 @@ template <typename R, typename... A, R (*Entry)(A...)> const char* Function<Entr
 // The method table's row of an entry, named `name` (a string literal: CPython keeps it); a
 // fast-path entry's (`fast`) gives None where the call is not its case.
 template <auto Entry> PyMethodDef method(const char* name, bool fast = false) {
-  using FastCall = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
+  using FastcallFunction = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);  // METH_FASTCALL's
   Function<Entry>::name = name;
-  const FastCall call = fast ? &Function<Entry>::call_fast : &Function<Entry>::call;
+  const FastcallFunction call = fast ? &Function<Entry>::call_fast : &Function<Entry>::call;
   return {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(call)), METH_FASTCALL, name};
 }
 
@@ -312,31 +311,18 @@ bool find_exchange_api() {
   return true;
 }
 
-// `torch`'s attribute at the dotted `path` (a new reference), or nullptr with an error set.
-PyObject* torch_attribute(PyObject* torch, const char* path) {
-  PyObject* found = torch;
-  Py_INCREF(found);
-  for (const char *part = path, *dot; found != nullptr; part = dot + 1) {
-    dot = strchr(part, '.');
-    PyObject* name = PyUnicode_FromStringAndSize(part, dot ? dot - part : static_cast<Py_ssize_t>(strlen(part)));
-    PyObject* next = name ? PyObject_GetAttr(found, name) : nullptr;
-    Py_XDECREF(name);
-    Py_DECREF(found);
-    found = next;
-    if (dot == nullptr) break;
-  }
-  return found;
-}
-
 // What plain_call reads of torch.
 bool find_torch_state() {
-  PyObject* torch = PyImport_ImportModule("torch");
-  if (torch == nullptr) return false;
-  parameter_type = torch_attribute(torch, "nn.Parameter");
-  grad_enabled = torch_attribute(torch, "is_grad_enabled");
-  any_autocast = torch_attribute(torch, "_C._is_any_autocast_enabled");
-  requires_grad = PyUnicode_InternFromString("requires_grad");
-  Py_DECREF(torch);
+  PyObject* nn = PyImport_ImportModule("torch.nn");
+  PyObject* c = PyImport_ImportModule("torch._C");
+  if (nn != nullptr && c != nullptr) {
+    parameter_type = PyObject_GetAttrString(nn, "Parameter");
+    grad_enabled = PyObject_GetAttrString(c, "is_grad_enabled");
+    any_autocast = PyObject_GetAttrString(c, "_is_any_autocast_enabled");
+    requires_grad = PyUnicode_InternFromString("requires_grad");
+  }
+  Py_XDECREF(nn);
+  Py_XDECREF(c);
   return parameter_type != nullptr && grad_enabled != nullptr && any_autocast != nullptr && requires_grad != nullptr;
 }
 
