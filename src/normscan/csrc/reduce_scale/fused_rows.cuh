@@ -51,21 +51,29 @@ template <typename S, int N> __device__ __forceinline__ void store_params(S* p, 
 // zeros divides by it, not by 0.
 template <typename O> __device__ __forceinline__ float min_row_scale() { return 1.0f / (OutFormat<O>::kMax * 512.0f); }
 
-// Blocks a SM asked of the out forms' kernels (y of another dtype than x's): at ptxas's own
-// register target their FP8 kernels spilled; the residual form's keeps its bound (0: none asked).
-template <typename T, typename O> constexpr int kFusedMinBlocks = std::is_same<O, T>::value ? 0 : 1;
+// Blocks a SM asked of the kernels: the out forms' (y of another dtype than x's) two on sm_90
+// without a residual, so that one row's loads run beside another's reductions (measured:
+// docs/performance.md, "Output dtype forms"); one elsewhere (at two, sm_80's spilled up to
+// 32 bytes) and with a residual (hundreds); the residual form's none (ptxas's own target).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+constexpr int kFusedOutMinBlocks = 2;
+#else
+constexpr int kFusedOutMinBlocks = 1;
+#endif
+template <typename T, typename O, bool RESIDUAL>
+constexpr int kFusedMinBlocks = std::is_same<O, T>::value ? 0 : RESIDUAL ? 1 : kFusedOutMinBlocks;
 
 // The most threads a block. The residual form's rows of 2049-4096 vectors of 16-bit or float64
 // x take 4 vectors a thread on up to 1024 (64 registers: 32 warps an SM): 8 on 512 took 105
 // registers (16 warps) and spilled at 64. Float32 x's take 8 on 512 (64 registers: two
-// blocks), and so do the out forms, whose FP8 kernels need more than 64.
+// blocks), and so do the out forms.
 template <typename T, typename O>
 constexpr int kFusedMaxThreads = std::is_same<O, T>::value && !std::is_same<T, float>::value ? 1024 : 512;
 
 // K vectors a thread (2, 4 or 8). Rows of up to 2048 vectors take at most 512 threads, two
 // blocks of a row each an SM, so that one row's loads overlap another's reductions.
 template <typename T, typename R, typename P, typename O, typename Op, int K, bool RESIDUAL>
-__global__ void __launch_bounds__(kFusedMaxThreads<T, O>, kFusedMinBlocks<T, O>)
+__global__ void __launch_bounds__(kFusedMaxThreads<T, O>, (kFusedMinBlocks<T, O, RESIDUAL>))
     fused_norm_rows_kernel(FusedRowsArgs<T, R, P, O> a) {
   using A = acc_t<T>;
   constexpr int V = vec16<T>();

@@ -222,7 +222,8 @@ struct LayerNormOp : ReduceScaleTraits {
 // group_norm, instance_norm, batch_norm: layer_norm's statistics over a grouped row or
 // column, a weight and bias per channel (Grouping).
 struct GroupNormOp : LayerNormOp {
-  static constexpr bool kGrouped = true, kRowStats = false, kFusedBackward = false;  // not layer_norm's rows
+  static constexpr bool kGrouped = true, kRowStats = false, kFusedBackward = false,  // not layer_norm's rows
+                        kFusedRowForms = false;
 };
 
 // A weighted op whose weight and bias are float32 beside a 16-bit x, as mixed-precision
