@@ -93,7 +93,7 @@ def rms_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None, w
     """
     if weight_offset != 0:
         weight, _ = _offset_weight("rms_norm", x, weight_offset, weight)
-    if _out_form(x, out_dtype, out_scale):
+    if (out_dtype is not None or out_scale is not None) and _out_form(x, out_dtype, out_scale):
         return out_forms.call("rms_norm", x, _last_dims("rms_norm", x, normalized_shape, dim, "out_dtype"), weight,
                               None, eps, residual, out_dtype, out_scale)
     if residual is not None:
@@ -260,7 +260,7 @@ def layer_norm(x: torch.Tensor, normalized_shape: list[int] | int | None = None,
     checks.check_tensor_type("layer_norm", x)
     if weight_offset != 0:
         weight, bias = _offset_weight("layer_norm", x, weight_offset, weight, bias)
-    if _out_form(x, out_dtype, out_scale):
+    if (out_dtype is not None or out_scale is not None) and _out_form(x, out_dtype, out_scale):
         return out_forms.call("layer_norm", x, _last_dims("layer_norm", x, normalized_shape, dim, "out_dtype"),
                               weight, bias, eps, residual, out_dtype, out_scale)
     if residual is not None:

@@ -14,6 +14,7 @@ call's path:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ class OpSpec:
     # Integer and bool inputs are computed by PyTorch's own op (the scans'), not refused.
     integers: bool = False
 
-    @property
+    @functools.cached_property  # read by every eager call's fast path: made once
     def build(self) -> tuple[str, int]:
         """(extension, op id): the build of its family's forward that holds its kernels."""
         return self.family.name, self.op_id
