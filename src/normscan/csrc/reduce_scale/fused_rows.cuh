@@ -53,7 +53,7 @@ template <typename O> __device__ __forceinline__ float min_row_scale() { return 
 
 // Blocks a SM asked of the kernels: the out forms' (y of another dtype than x's) two on sm_90
 // without a residual, so that one row's loads run beside another's reductions (measured:
-// docs/performance.md, "Output dtype forms"); one elsewhere (at two, sm_80's spilled up to
+// docs/performance.md, "Out forms at two blocks a SM"); one elsewhere (at two, sm_80's spilled up to
 // 32 bytes) and with a residual (hundreds); the residual form's none (ptxas's own target).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
 constexpr int kFusedOutMinBlocks = 2;
