@@ -85,9 +85,8 @@ def test_out_forms_match_float64(name, x_dtype, out_dtype, length, device):
         g = torch.Generator().manual_seed(28 + case)
         w, b = (torch.randn(length, generator=g, dtype=torch.float64).to(param_dtype).to(device) for _ in range(2))
         b = b if name == "layer_norm" and case > 0 else None
-        # The first case's row scale is taken in the sum's pass (rms_norm's, here without a
-        # weight) or the deviations' (layer_norm's without a bias); the others' with a bias in
-        # a pass of its own.
+        # The first case without parameters beyond a layer_norm's weight; the others with a
+        # weight (and a bias).
         w = None if name == "rms_norm" and case == 0 else w
         scale = torch.tensor([0.02], device=device) if static else None
         fn = getattr(normscan, name)

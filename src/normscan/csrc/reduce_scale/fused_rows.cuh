@@ -51,10 +51,10 @@ template <typename S, int N> __device__ __forceinline__ void store_params(S* p, 
 // zeros divides by it, not by 0.
 template <typename O> __device__ __forceinline__ float min_row_scale() { return 1.0f / (OutFormat<O>::kMax * 512.0f); }
 
-// Blocks a SM asked of the kernels: the out forms' (y of another dtype than x's) two on sm_90
-// without a residual, so that one row's loads run beside another's reductions (measured:
-// docs/performance.md, "Out forms at two blocks a SM"); one elsewhere (at two, sm_80's spilled up to
-// 32 bytes) and with a residual (hundreds); the residual form's none (ptxas's own target).
+// Blocks a SM asked of the kernels: the out forms' (y of another dtype than x's) two on
+// sm_90 without a residual, so that one row's loads run beside another's reductions
+// (measured: docs/performance.md, "Out forms at two blocks a SM"); one elsewhere (at two,
+// sm_80's spilled up to 32 bytes) and with a residual (hundreds); the residual form's none.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
 constexpr int kFusedOutMinBlocks = 2;
 #else
