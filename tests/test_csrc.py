@@ -93,9 +93,8 @@ def test_float32_only_export_source_compiles(family, tmp_path):
     spec = next(s for s in REGISTRY.values() if s.family.name == family)
     src = tmp_path / f"{family}_f32.cu"
     src.write_text(export.cuda_source(spec))
-    run = subprocess.run([*_build.module_command("normscan_check"), "-c", "-gencode=arch=compute_90,code=compute_90", str(src), "-o",
-                          str(tmp_path / f"{family}_f32.o")],
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run([*_build.module_command("normscan_check"), "-c", "-gencode=arch=compute_90,code=compute_90",
+                          str(src), "-o", str(tmp_path / f"{family}_f32.o")], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-4000:]
     ptx = (tmp_path / f"{family}_f32.o").read_bytes()
     others = {s.functor for s in REGISTRY.values() if s.family.name == family} - {spec.functor}

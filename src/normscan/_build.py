@@ -134,7 +134,7 @@ def module_table(entries: list[str]) -> str:
     the macro NORMSCAN_MODULE (the module's name: a -D flag, outside the build key's source).
     The fast path's entries (``*_contiguous``) give None where a call is not their case."""
     rows = "".join(f'    normscan::module::method<&{e}>("{e}", {str(e.endswith("_contiguous")).lower()}),\n'
-                   for e in entries)  # the fast path's entries give None where the call is not theirs
+                   for e in entries)
     return ("\nnamespace {\nPyMethodDef normscan_methods[] = {\n" + rows + "    {nullptr, nullptr, 0, nullptr},\n};\n"
             "PyModuleDef normscan_module_def = {PyModuleDef_HEAD_INIT, NORMSCAN_STRINGIFY(NORMSCAN_MODULE), nullptr, -1, "
             "normscan_methods};\n}  // namespace\n"
