@@ -10,7 +10,7 @@ import argparse
 import datetime
 import json
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -54,14 +54,24 @@ def table_rows(rows: list[timing.Row], copy_gbs: float) -> list[list[str]]:
         mine = r.ms["normscan"]
         gbs = r.bytes / mine / 1e6
         line = [r.label, r.dtype, f"{mine:.3f}"]
-        line += [f"{r.ms.get(k, float('nan')):.3f}" for k in ("eager", "compile")]
-        line += [f"{gbs:.0f}", f"{100 * gbs / copy_gbs:.1f}%", f"{r.ms['eager'] / mine:.2f}x",
-                 f"{r.ms['compile'] / mine:.2f}x", fastest_peer(r), f"{r.error:.1e}", "ok" if r.correct else "WRONG"]
+        line += [ms_of(r, "eager"), ms_of(r, "compile")]
+        line += [f"{gbs:.0f}", f"{100 * gbs / copy_gbs:.1f}%", ratio(r, "eager"), ratio(r, "compile"), fastest_peer(r),
+                 f"{r.error:.1e}", "ok" if r.correct else "WRONG"]
         peers = [f"{k} {v:.3f} ms" for k, v in r.ms.items() if k not in ("normscan", "eager", "compile")]
         if peers:
             line[-1] += f" ({', '.join(peers)})"
         out.append(line)
     return out
+
+
+def ms_of(r: timing.Row, name: str) -> str:
+    """A baseline's time, or "-" where it was not timed (torch.compile under --no-compile)."""
+    return f"{r.ms[name]:.3f}" if name in r.ms else "-"
+
+
+def ratio(r: timing.Row, name: str) -> str:
+    """A baseline's time over ours (above 1: ours is faster), or "-" where it was not timed."""
+    return f"{r.ms[name] / r.ms['normscan']:.2f}x" if name in r.ms else "-"
 
 
 def fastest_peer(r: timing.Row) -> str:
@@ -85,8 +95,8 @@ CPU_NOTE = ("no CUDA device: every figure is the PyTorch reference expression on
 
 
 def cpu_table_rows(rows: list[timing.Row]) -> list[list[str]]:
-    return [[r.label, r.dtype, f"{r.ms['normscan']:.3f}", *(f"{r.ms.get(k, float('nan')):.3f}" for k in ("eager", "compile")),
-             f"{r.error:.1e}", "ok" if r.correct else "WRONG"] for r in rows]
+    return [[r.label, r.dtype, f"{r.ms['normscan']:.3f}", ms_of(r, "eager"), ms_of(r, "compile"), f"{r.error:.1e}",
+             "ok" if r.correct else "WRONG"] for r in rows]
 HOST_HEADERS = ["case", "ours us", "PyTorch us", "PyTorch's op", "ours vs theirs"]
 
 
@@ -107,12 +117,12 @@ def plot(rows: list[timing.Row], copy_gbs: float, path: Path, sweep: bool, devic
 
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows)), 4.5))
     on_gpu = not device.startswith("cpu")
-    names = ["normscan" if on_gpu else "reference (normscan's CPU path)", "eager", "compile"]
-    width = 0.27
-    for i, name in enumerate(names):
-        key = "normscan" if i == 0 else name
+    keys = ["normscan", "eager"] + (["compile"] if all("compile" in r.ms for r in rows) else [])
+    width = 0.8 / len(keys)
+    for i, key in enumerate(keys):
+        name = key if on_gpu or key != "normscan" else "reference (normscan's CPU path)"
         values = [100 * r.bytes / r.ms[key] / 1e6 / copy_gbs if on_gpu else r.ms[key] for r in rows]
-        ax.bar([j + (i - 1) * width for j in range(len(rows))], values, width, label=name)
+        ax.bar([j + (i - (len(keys) - 1) / 2) * width for j in range(len(rows))], values, width, label=name)
     if on_gpu:
         ax.axhline(100, color="k", lw=0.8, ls="--", label=f"device copy ({copy_gbs:.0f} GB/s)")
         ax.axhline(95, color="r", lw=0.8, ls=":", label="95% bar")
@@ -170,6 +180,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtypes for --sweep (default: rows and the channel RMSNorm in float32 and bfloat16, "
                         "the scans and the few-column dims in float32; without float32, everything in the "
                         "dtypes given)")
+    p.add_argument("--no-compile", action="store_true",
+                   help="leave torch.compile out (it compiles each entry on its first call: most of a CPU run's time)")
     p.add_argument("--repeat", type=positive_int, default=DEFAULT_REPEAT,
                    help=f"timed runs per round; their median is the round's time (default {DEFAULT_REPEAT})")
     p.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS,
@@ -180,12 +192,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def entries(args: argparse.Namespace) -> list[timing.Entry]:
+    """The entries asked for, at reduced sizes without a GPU, without torch.compile's baseline
+    under --no-compile."""
     if args.training:
-        return catalogue.training_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])],
-                                          args.modes, tuple(args.hidden or catalogue.TRAINING_HIDDEN))
-    if args.sweep:
-        return catalogue.sweep_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])])
-    return catalogue.kernelbench_entries(args.ops)
+        chosen = catalogue.training_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])],
+                                            args.modes, tuple(args.hidden or catalogue.TRAINING_HIDDEN))
+    elif args.sweep:
+        chosen = catalogue.sweep_entries(args.ops, [DTYPES[d] for d in (args.dtype or ["float32", "bfloat16"])])
+    else:
+        chosen = catalogue.kernelbench_entries(args.ops)
+    chosen = chosen if torch.cuda.is_available() else catalogue.on_cpu(chosen)
+    if args.no_compile:
+        chosen = [replace(e, baselines={k: f for k, f in e.baselines.items() if k != "compile"}) for e in chosen]
+    return chosen
 
 
 def builds_of(chosen: list[timing.Entry], training: bool) -> list[tuple[str, int]]:
@@ -206,9 +225,7 @@ def main(args: argparse.Namespace) -> int:
               "Add --sweep to time every op's shape sweep.")
         return 2
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        chosen = catalogue.on_cpu(chosen)
-    else:
+    if device == "cuda":
         _build.load_all(builds_of(chosen, args.training))  # built (with their progress lines) before anything is timed
     uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None) if device == "cuda" else None
     with DeviceLog(str(uuid) if uuid else None, enabled=device == "cuda") as log:
