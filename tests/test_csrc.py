@@ -29,19 +29,6 @@ def test_cuda_op_lists_are_the_registrys():
     assert backward == {"ProdOp": FAMILIES["scan"].functor_ids()["ProdOp"]}, backward
 
 
-def spilling_kernels(report: str) -> list[str]:
-    """Kernels whose ptxas report shows a stack frame or spills."""
-    bad, current = [], None
-    for line in report.splitlines():
-        m = re.search(r"Compiling entry function '(\w+)' for '(sm_\d+)'", line)
-        if m:
-            current = f"{m.group(1)} ({m.group(2)})"
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and any(int(v) for v in m.groups()):
-            bad.append(f"{current}: {line.strip()}")
-    return bad
-
-
 # Kernels that store each 16-byte vector with one store (nvcc 13.0 split a Vec's assignment
 # there into 2-, 4- and 8-byte stores: docs/design-notes.md, "Vectors stored whole"), checked in their
 # extension's sm_90 PTX by its compile check: the fp32 row scan (KernelBench 89-92), and
@@ -81,7 +68,7 @@ def check_compiler_report(report: str, extension: str, arch: str) -> None:
     or the out forms: every functor they serve) a kernel at least, no spill, no stack frame."""
     kernels = re.findall(rf"Compiling entry function '(\w+)' for '{arch}'", report)
     assert len(kernels) >= 4 * kernels_served(extension), (extension, arch, len(kernels))
-    assert spilling_kernels(report) == []
+    assert _build.spilling_kernels(report) == []
 
 
 @pytest.mark.nvcc
@@ -132,7 +119,7 @@ def test_spill_detector_can_fail():
     report = ("ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'\n"
               "ptxas info    : Function properties for _Z1kv\n"
               "    8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
-    assert spilling_kernels(report) == ["_Z1kv (sm_90): 8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads"]
+    assert _build.spilling_kernels(report) == ["_Z1kv (sm_90): 8 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads"]
 
 
 @pytest.mark.nvcc

@@ -57,6 +57,15 @@ def build_modules(archs: list[tuple[int, int]], folder: Path, jobs: int, extra: 
     return {e: _build.source_key(e) for e in _build.extensions()}
 
 
+def spills_by_arch(folder: Path, archs: list[tuple[int, int]]) -> dict[str, list[str]]:
+    """Each arch's kernels with spills or a stack frame, from the modules' ptxas reports."""
+    found: dict[str, list[str]] = {f"sm_{a}{b}": [] for a, b in archs}
+    for log in sorted(folder.glob("*.log")):
+        for line in _build.spilling_kernels(log.read_text()):
+            found[re.search(r"\((sm_\d+)\)", line).group(1)].append(f"{log.stem}: {line}")
+    return found
+
+
 def device_code_by_arch(library: Path) -> dict[str, int]:
     """Bytes of device code a module holds for each arch (sm_XY) and its PTX (compute_XY), from
     its fatbin's entries (the CUDA fatbin container: a 16-byte header, then entries, each a
@@ -134,14 +143,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dist", type=Path, default=ROOT / "dist", help="folder for the wheel (default: ./dist)")
     p.add_argument("--keep", type=Path, help="keep the modules and nvcc's logs here")
     p.add_argument("--keep-intermediates", action="store_true", help="and nvcc's intermediate files (with --keep)")
-    p.add_argument("--nvcc-flags", default="", help="more nvcc flags (e.g. '-Xptxas -v' for the kernels' registers)")
+    p.add_argument("--nvcc-flags", default="", help="more nvcc flags")
+    p.add_argument("--spill-free", default="80,90",
+                   help="archs whose kernels must neither spill nor use a stack frame (default: %(default)s); "
+                        "every arch's count is printed")
     args = p.parse_args(argv)
     archs = [(int(a) // 10, int(a) % 10) for a in args.archs.split(",")]
+    spill_free = {f"sm_{a}" for a in args.spill_free.split(",") if a}
     args.dist.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         prebuilt = args.keep or Path(tmp) / "prebuilt"
         prebuilt.mkdir(parents=True, exist_ok=True)
-        keys = build_modules(archs, prebuilt, args.jobs, args.nvcc_flags.split(), args.keep_intermediates)
+        keys = build_modules(archs, prebuilt, args.jobs, ["-Xptxas", "-v", *args.nvcc_flags.split()],
+                             args.keep_intermediates)
+        spills = spills_by_arch(prebuilt, archs)
         manifest = {"archs": [f"sm_{a}{b}" for a, b in archs], "ptx": "compute_{}{}".format(*max(archs)),
                     "toolchain": _build.toolchain(_build.nvcc()), "keys": keys}
         (prebuilt / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -154,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{library.name}: {library.stat().st_size / 2**20:.1f} MiB")
         print("device code: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sorted(by_arch.items())))
         print(f"wrote {wheel} ({wheel.stat().st_size / 2**20:.1f} MiB)")
-    return 0
+    print("kernels with spills or a stack frame: " + ", ".join(f"{a} {len(k)}" for a, k in spills.items()))
+    failed = {a: k for a, k in spills.items() if a in spill_free and k}
+    for arch, kernels in failed.items():
+        print(f"{arch} must be spill-free (--spill-free {args.spill_free}); these are not:", *kernels[:20], sep="\n  ")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

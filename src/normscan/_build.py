@@ -279,6 +279,20 @@ def compile_module(name: str, source: str, flags: list[str], folder: Path, log: 
     return out
 
 
+def spilling_kernels(report: str) -> list[str]:
+    """The kernels of a ptxas report (nvcc's `-Xptxas -v` output) with a stack frame or spills,
+    each as "kernel (sm_XY): ptxas's line"."""
+    bad, current = [], None
+    for line in report.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)' for '(sm_\d+)'", line)
+        if m:
+            current = f"{m.group(1)} ({m.group(2)})"
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and any(int(v) for v in m.groups()):
+            bad.append(f"{current}: {line.strip()}")
+    return bad
+
+
 def _ensure_visible_logging() -> None:
     # A build takes a minute: say so even when the application configured no logging.
     if not log.handlers and not logging.getLogger().handlers:
