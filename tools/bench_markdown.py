@@ -1,6 +1,6 @@
 """A bench.json as a markdown table (docs/performance.md's), with the run's device line.
 
-    python tools/bench_markdown.py benchmarks/h100/kernelbench-282a250.json
+    python tools/bench_markdown.py benchmarks/h100/kernelbench-2251d11.json
 """
 
 import json
