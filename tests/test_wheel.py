@@ -94,17 +94,46 @@ def test_the_wheel_holds_every_extension_and_imports_without_a_compiler(tmp_path
     assert "INSTALLED OK" in installed.stdout, (installed.stdout + installed.stderr)[-4000:]
 
 
-def test_the_wheel_script_finds_each_archs_spills(tmp_path):
-    """The count the script prints and the spill-free archs it refuses come from here."""
+def _build_wheel_script():
     spec = importlib.util.spec_from_file_location("build_wheel", ROOT / "tools" / "build_wheel.py")
     build_wheel = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build_wheel)
-    kernel = ("ptxas info    : Compiling entry function '_Z1{0}v' for '{1}'\n"
-              "ptxas info    : Function properties for _Z1{0}v\n"
-              "    {2} bytes stack frame, {2} bytes spill stores, {2} bytes spill loads\n")
+    return build_wheel
+
+
+_KERNEL_REPORT = ("ptxas info    : Compiling entry function '_Z1{0}v' for '{1}'\n"
+                  "ptxas info    : Function properties for _Z1{0}v\n"
+                  "    {2} bytes stack frame, {2} bytes spill stores, {2} bytes spill loads\n")
+
+
+def test_the_wheel_script_finds_each_archs_spills(tmp_path):
+    """The count the script prints and the spill-free archs it refuses come from here."""
+    build_wheel = _build_wheel_script()
+    kernel = _KERNEL_REPORT
     (tmp_path / "normscan_scan.log").write_text(kernel.format("a", "sm_80", 0) + kernel.format("b", "sm_90", 8)
                                                 + kernel.format("c", "sm_100", 16))
     found = build_wheel.spills_by_arch(tmp_path, [(8, 0), (9, 0), (10, 0)])
     assert {a: len(k) for a, k in found.items()} == {"sm_80": 0, "sm_90": 1, "sm_100": 1}
     assert found["sm_90"] == ["normscan_scan: _Z1bv (sm_90): 8 bytes stack frame, 8 bytes spill stores, "
                               "8 bytes spill loads"]
+
+
+def test_the_wheel_script_writes_no_wheel_whose_spill_free_arch_spills(tmp_path, monkeypatch, capsys):
+    """A spill on an arch of --spill-free ends the build before the wheel is written, saying
+    which kernels and what to do; on another arch it is counted, and the wheel written."""
+    build_wheel = _build_wheel_script()
+
+    def spilled(archs, folder, jobs, extra, intermediates=False):
+        (folder / "normscan_scan.log").write_text(_KERNEL_REPORT.format("b", "sm_90", 8))
+        return {}
+    monkeypatch.setattr(build_wheel, "build_modules", spilled)
+    assert build_wheel.main(["--archs", "90", "--dist", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "kernels with spills or a stack frame: sm_90 1" in out and "no wheel written" in out and "_Z1bv" in out
+    assert "leave the arch out of --spill-free" in out and not list(tmp_path.glob("*.whl"))
+    monkeypatch.setattr(build_wheel, "platform_wheel", lambda pure, prebuilt, dist: dist / "made.whl")
+    monkeypatch.setattr(build_wheel, "pure_wheel", lambda out: out)
+    monkeypatch.setattr(build_wheel._build, "nvcc", lambda: "nvcc")  # no compiler run: the manifest's line
+    monkeypatch.setattr(build_wheel._build, "toolchain", lambda compiler: "nvcc 13.0")
+    (tmp_path / "made.whl").write_bytes(b"wheel")
+    assert build_wheel.main(["--archs", "90", "--dist", str(tmp_path), "--spill-free", "80"]) == 0
